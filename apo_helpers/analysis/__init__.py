@@ -1,0 +1,1 @@
+"""Evaluation, failure analysis, the episode viewer and plots (notebooks 01, 06, 07)."""

@@ -1,0 +1,129 @@
+"""Profiles and seeding: every setting of the project in one place.
+
+Introduced in notebook 00_overview. A profile is a frozen dataclass per concern (CleanRL's ``Args`` style: one
+field, one docstring). Choose one with the environment variable ``APO_PROFILE``:
+
+- ``ci``: the smallest settings that still exercise every code path (what CI's nbval run uses);
+- ``class`` (default): the settings behind the numbers in the committed notebooks, on a 2-core CPU;
+- ``gpu``: larger settings for a CUDA machine.
+
+``seed_everything`` is the one function that seeds Python, NumPy and (when installed) PyTorch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+PROFILE_ENV_VAR = "APO_PROFILE"
+DEFAULT_PROFILE = "class"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR = PROJECT_ROOT / "data"
+FIGURES_DIR = PROJECT_ROOT / "figures"
+RESULTS_DIR = DATA_DIR / "results"
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    """How the synthetic catalog and its shopping goals are generated (notebook 01)."""
+
+    seed: int = 0
+    """Seed of the generator: the same seed gives byte-identical ``data/*.json``."""
+    num_products: int = 1000
+    """Products in the catalog (the committed data uses 1,000; benchmarks scale it up)."""
+    test_targets: int = 200
+    """Products that are targets of test goals (one goal each); disjoint from val and train targets."""
+    val_targets: int = 200
+    """Products that are targets of val goals (one goal each)."""
+    train_goals_per_product: int = 3
+    """Goals written for each remaining (train) target product."""
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Rules that are the same in every profile, and the rendering knobs that do not change them (notebook 01)."""
+
+    max_turns: int = 10
+    """Actions per episode; the episode is truncated (reward 0) when they run out."""
+    results_per_page: int = 10
+    """Search results shown per results page (WebShop: 10)."""
+    max_results: int = 50
+    """Search results kept per query (WebShop: 50)."""
+    show_item_positions: bool = False
+    """Also show ``item k`` before each result so ``click[item k]`` opens it (off in WebShop)."""
+    max_action_chars: int = 500
+    """Longer actions are rejected as invalid before any parsing."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How much evaluation a profile pays for (notebooks 01, 06, 07)."""
+
+    episodes: int = 200
+    """Episodes per agent and split in the baseline tables (capped by the split's size)."""
+    split: str = "test"
+    """Split the headline tables are computed on."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """All settings of one profile; ``get_profile()`` returns the active one."""
+
+    name: str
+    """``ci``, ``class`` or ``gpu``."""
+    seed: int = 0
+    """The seed ``seed_everything`` uses when no other is given."""
+    catalog: CatalogConfig = field(default_factory=CatalogConfig)
+    """The catalog and goals (the same in every profile: the committed data)."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """Environment rules and rendering."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Evaluation budget."""
+
+
+PROFILES: dict[str, Profile] = {
+    "ci": Profile(name="ci", eval=EvalConfig(episodes=40)),
+    "class": Profile(name="class"),
+    "gpu": Profile(name="gpu"),
+}
+
+
+def get_profile(name: str | None = None) -> Profile:
+    """Return the profile ``name``, else the one named by ``$APO_PROFILE``, else ``class``."""
+    name = name or os.environ.get(PROFILE_ENV_VAR) or DEFAULT_PROFILE
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r} (from {PROFILE_ENV_VAR} or the argument); choose one of {sorted(PROFILES)}")
+    return PROFILES[name]
+
+
+def replace(config, **changes):
+    """A copy of a frozen config with some fields changed, e.g. ``replace(env, show_item_positions=True)``."""
+    return dataclasses.replace(config, **changes)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's ``random``, NumPy and, when it is installed, PyTorch (CPU and CUDA): the one seeding function."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    os.environ["PYTHONHASHSEED"] = str(seed)
+    try:
+        import torch
+    except ImportError:  # the environment alone does not need torch
+        return
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def device() -> str:
+    """``cuda`` when a GPU is present, else ``cpu``."""
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"

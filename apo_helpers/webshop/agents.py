@@ -1,0 +1,185 @@
+"""Scripted agents with WebShop's interface, ``act(observation, info) -> action`` (notebook 01).
+
+- ``random``: uniform over the available actions (a search uses 1-4 random words of the instruction).
+- ``rule``: WebShop's rule baseline: search the instruction, click the first result, buy.
+- ``expert``: sees only the instruction and the pages, never the target. It searches the instruction's key words,
+  reads the result titles and prices, opens the best candidate, checks that the options the instruction asks for
+  are offered (else goes back to the next candidate), selects them and buys.
+- ``oracle``: knows the target product (``info["goal"]``): searches its title, pages to it, selects the goal's
+  options and buys. It shows the environment is solvable (100% success).
+
+Call ``reset()`` at the start of every episode; ``analysis.evaluate.run_episode`` does.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from .pages import SEP
+from .text import content_words, normalize
+
+ASIN_RE = re.compile(r"^B0[A-Z0-9]{8}$")
+_PRICE_RE = re.compile(r"(\d+(?:\.\d+)?) dollars")
+_OPTION_RE = re.compile(r", (?:in (?P<color>[^,;]+)|size (?P<size>[^,;]+)|(?P<name>[a-z ]+): (?P<value>[^,;]+))")
+
+
+def instruction_of(observation: str) -> str:
+    """The instruction shown at the top of every page."""
+    parts = observation.split(SEP)
+    return parts[parts.index("Instruction:") + 1]
+
+
+def parse_results(observation: str) -> list[tuple[str, str, float]]:
+    """(asin, title, price) of each result on a results page."""
+    parts = observation.split(SEP)
+    return [(p, parts[i + 1], float(parts[i + 2].lstrip("$"))) for i, p in enumerate(parts[:-2]) if ASIN_RE.match(p)]
+
+
+def parse_budget(instruction: str) -> float:
+    match = _PRICE_RE.search(instruction)
+    return float(match.group(1)) if match else float("inf")
+
+
+def parse_wanted_options(instruction: str) -> list[str]:
+    """Option values the instruction asks for (``in navy``, ``size large``, ``flavor: vanilla``)."""
+    return [normalize(m.group("color") or m.group("size") or m.group("value")) for m in _OPTION_RE.finditer(instruction)]
+
+
+def search_keywords(instruction: str) -> str:
+    """The instruction without filler, option phrases and the budget: what a person types into the search box."""
+    text = _PRICE_RE.sub("", instruction)
+    text = _OPTION_RE.sub(",", text)
+    return " ".join(content_words(text))
+
+
+class Agent:
+    """Base class: ``reset()`` at each episode start, ``act(observation, info)`` each turn."""
+
+    name = "agent"
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, observation: str, info: dict) -> str:
+        raise NotImplementedError
+
+
+class RandomAgent(Agent):
+    name = "random"
+
+    def __init__(self, seed: int = 0):
+        self.rng = random.Random(seed)
+
+    def act(self, observation, info):
+        action = self.rng.choice(info["available_actions"])
+        if action.startswith("search["):
+            words = content_words(instruction_of(observation)) or ["item"]
+            action = f"search[{' '.join(self.rng.sample(words, min(len(words), self.rng.randint(1, 4))))}]"
+        return action
+
+
+class RuleAgent(Agent):
+    name = "rule"
+
+    def act(self, observation, info):
+        page = info["page"]
+        if page == "search":
+            return f"search[{instruction_of(observation)}]"
+        if page == "results":
+            results = parse_results(observation)
+            return f"click[{results[0][0]}]" if results else "click[back to search]"
+        if page == "item":
+            return "click[buy now]"
+        return "click[< prev]"
+
+
+class ExpertAgent(Agent):
+    name = "expert"
+
+    def __init__(self, seed: int = 0, max_pages: int = 3):
+        self.max_pages = max_pages
+
+    def reset(self):
+        self.rejected: set[str] = set()
+        self.selected: set[str] = set()
+        self.opened = ""
+
+    def act(self, observation, info):
+        instruction = instruction_of(observation)
+        page = info["page"]
+        if page == "search":
+            words = search_keywords(instruction)
+            return f"search[{words or instruction}]"
+        if page == "results":
+            return self._choose(observation, instruction, info)
+        if page == "item":
+            return self._on_item(observation, instruction, info)
+        return "click[< prev]"
+
+    def _choose(self, observation, instruction, info):
+        keywords = set(search_keywords(instruction).split())
+        budget = parse_budget(instruction)
+        candidates = [(len(keywords & set(content_words(title))), price <= budget, -rank, asin)
+                      for rank, (asin, title, price) in enumerate(parse_results(observation)) if asin not in self.rejected]
+        affordable = [c for c in candidates if c[1]]
+        if not affordable and "click[next >]" in info["available_actions"] and self._page(observation) < self.max_pages:
+            return "click[next >]"
+        if not candidates:
+            return "click[next >]" if "click[next >]" in info["available_actions"] else "click[back to search]"
+        self.opened = max(affordable or candidates)[3]
+        self.selected = set()
+        return f"click[{self.opened}]"
+
+    @staticmethod
+    def _page(observation: str) -> int:
+        match = re.search(r"Page (\d+) \(Total results", observation)
+        return int(match.group(1)) if match else 1
+
+    def _on_item(self, observation, instruction, info):
+        offered = {a[len("click["):-1] for a in info["available_actions"]}
+        wanted = parse_wanted_options(instruction)
+        price = float(re.search(r"Price: \$(\d+(?:\.\d+)?)", observation).group(1))
+        if any(v not in offered for v in wanted) or price > parse_budget(instruction):
+            self.rejected.add(self.opened)
+            return "click[< prev]"
+        for value in wanted:
+            if value not in self.selected:
+                self.selected.add(value)
+                return f"click[{value}]"
+        return "click[buy now]"
+
+
+class OracleAgent(Agent):
+    name = "oracle"
+
+    def reset(self):
+        self.selected: set[str] = set()
+
+    def act(self, observation, info):
+        goal = info["goal"]
+        page = info["page"]
+        if page == "search":
+            return f"search[{goal.target_title}]"
+        if page == "results":
+            if f"click[{goal.asin.lower()}]" in info["available_actions"]:
+                return f"click[{goal.asin}]"
+            return "click[next >]" if "click[next >]" in info["available_actions"] else "click[back to search]"
+        if page == "item":
+            for value in goal.options.values():
+                if value not in self.selected:
+                    self.selected.add(value)
+                    return f"click[{value}]"
+            return "click[buy now]"
+        return "click[< prev]"
+
+
+AGENTS = {cls.name: cls for cls in (RandomAgent, RuleAgent, ExpertAgent, OracleAgent)}
+
+
+def make_agent(name: str, seed: int = 0) -> Agent:
+    """A scripted agent by name: ``random``, ``rule``, ``expert`` or ``oracle``."""
+    if name not in AGENTS:
+        raise ValueError(f"unknown agent {name!r}; choose one of {sorted(AGENTS)}")
+    cls = AGENTS[name]
+    return cls(seed) if cls in (RandomAgent, ExpertAgent) else cls()
