@@ -99,7 +99,7 @@ def evaluate(agent: Agent, split: str = "test", episodes: int | None = None, env
     count = len(env.goals) if episodes is None else min(episodes, len(env.goals))
     played = [run_episode(env, agent, i) for i in tqdm(range(count), desc=f"{name or agent.name} on {split}",
                                                         disable=not progress, leave=False)]
-    return Evaluation(name or agent.name, split, played)
+    return Evaluation(name or agent.name, env.split, played)
 
 
 def summary_table(evaluations: list[Evaluation]) -> pd.DataFrame:

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import tempfile
 from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 
 from ..config import DATA_DIR, CatalogConfig
+from ..files import atomic_write_text
 from .product_types import BRANDS, PRODUCT_TYPES, ProductType
 
 SPLITS = ("train", "val", "test")
@@ -228,20 +227,6 @@ def _dumps(obj) -> str:
     return json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=True) + "\n"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename, so a crash never leaves half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def catalog_to_json(catalog: Catalog) -> tuple[str, str]:
     """The text of ``catalog.json`` and ``goals.json``."""
     products = [asdict(p) for p in catalog.products]
@@ -294,6 +279,9 @@ def load_catalog(directory: Path = DATA_DIR) -> Catalog:
     if not isinstance(raw_goals, dict):
         raise DataFileError(f"{goals_path}: expected an object split -> list of goals")
     products = [_build(Product, r, products_path, f"product #{i}") for i, r in enumerate(raw_products)]
+    for split, records in raw_goals.items():
+        if not isinstance(records, list):
+            raise DataFileError(f"{goals_path}: split {split!r} should be a list of goals, got {type(records).__name__}")
     goals = {split: [_build(Goal, r, goals_path, f"goal {split}#{i}") for i, r in enumerate(records)]
              for split, records in raw_goals.items()}
     catalog = Catalog(products, goals)

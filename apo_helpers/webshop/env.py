@@ -59,6 +59,8 @@ def parse_action(text, max_chars: int = 500) -> Action:
     if match is None:
         raise InvalidAction(f"cannot parse {text[:60]!r}: write search[query] or click[button], one pair of brackets")
     kind, arg = match.group(1).lower(), normalize(match.group(2))
+    if not match.group(1).isascii():  # re.IGNORECASE also lets 'ſ' match 's', 'ı' / 'İ' match 'i', 'K' (Kelvin) 'k'
+        raise InvalidAction(f"unknown action {match.group(1)!r}: write search[query] or click[button]")
     if not arg:
         raise InvalidAction(f"{kind}[] is empty")
     return Action(kind, arg)

@@ -40,9 +40,13 @@ class SearchEngine:
         """Asins of up to ``k`` (default ``max_results``) products with a positive score, best first."""
         k = min(k or self.max_results, len(self.asins))
         scores = self.scores(query)
-        top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+        if k < len(scores):  # keep every product tied with the k-th best, so ties are cut in catalog order
+            kth = -np.partition(-scores, k - 1)[k - 1]
+            top = np.flatnonzero(scores >= kth)
+        else:
+            top = np.arange(len(scores))
         top = top[scores[top] > 0]
-        order = np.lexsort((top, -scores[top]))  # score descending, then catalog order
+        order = np.lexsort((top, -scores[top]))[:k]  # score descending, then catalog order
         return [self.asins[i] for i in top[order]]
 
 

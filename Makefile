@@ -1,0 +1,39 @@
+# Two commands set everything up on a fresh machine: `make report` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+CELL_TIMEOUT ?= 600
+
+.PHONY: install test unit nbval report sync clean
+
+install: $(INSTALLED)
+
+$(INSTALLED): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(INSTALLED)
+
+## make test: unit tests, then every notebook under nbval with the small `ci` profile
+test: unit nbval
+
+unit: $(INSTALLED)
+	$(BIN)/python -m apo_helpers data --check
+	APO_PROFILE=ci $(BIN)/python -m pytest tests -q
+
+nbval: $(INSTALLED)
+	APO_PROFILE=ci $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax \
+		--nbval-cell-timeout=$(CELL_TIMEOUT) $(NOTEBOOKS)
+
+## make report: execute notebooks 00..07 in order under $APO_PROFILE (default class), then export HTML
+report: $(INSTALLED)
+	$(BIN)/python -m apo_helpers report
+
+## make sync: rewrite each notebook's paired py:percent script (run after editing a notebook)
+sync: $(INSTALLED)
+	$(BIN)/jupytext --sync $(NOTEBOOKS)
+
+clean:
+	rm -rf report .pytest_cache

@@ -1,0 +1,162 @@
+"""Command line: ``python -m apo_helpers {play,evaluate,bench,data,report,readme} ...`` (see ``--help`` of each)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .config import DATA_DIR, RESULTS_DIR, seed_everything
+from .files import atomic_write_text
+
+
+def cmd_play(args) -> int:
+    """A person plays one episode in the terminal."""
+    from .webshop.env import WebShopEnv
+
+    env = WebShopEnv(split=args.split, seed=args.seed)
+    options = {"goal_index": args.goal} if args.goal is not None else None
+    observation, info = env.reset(seed=args.seed, options=options)
+    print("Type an action such as search[red shoes] or click[buy now]; 'quit' ends the game.\n")
+    while True:
+        print(observation.replace(" [SEP] ", "\n  "), "\n")
+        print("available:", ", ".join(info["available_actions"]), f"({info['turns_left']} actions left)")
+        try:
+            action = input("> ")
+        except EOFError:
+            return 0
+        if action.strip().lower() in {"quit", "exit"}:
+            return 0
+        observation, reward, terminated, truncated, info = env.step(action)
+        if not info["valid"]:
+            print(f"invalid action: {info['error']}")
+        if terminated or truncated:
+            print(f"\nEpisode over: reward {reward:.3f}, success {info['success']}")
+            if "reward_breakdown" in info:
+                print(json.dumps(info["reward_breakdown"], indent=1))
+            return 0
+
+
+def cmd_evaluate(args) -> int:
+    from .analysis.evaluate import evaluate
+    from .webshop.agents import make_agent
+
+    seed_everything(args.seed)
+    result = evaluate(make_agent(args.agent, args.seed), args.split, args.episodes, progress=not args.json)
+    summary = {"agent": args.agent, "split": args.split, **result.summary()}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        for key, value in summary.items():
+            print(f"{key:>14}: {value}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from . import bench
+
+    if args.what == "env":
+        results = [bench.bench_env(n, steps=args.steps) for n in args.products]
+        if args.save:
+            path = RESULTS_DIR / "bench_env.json"
+            atomic_write_text(path, json.dumps(results, indent=1) + "\n")
+            print(f"saved {path}", file=sys.stderr)
+        out = results[0] if len(results) == 1 else results
+        if args.json:
+            print(json.dumps(out))
+        else:
+            for r in results:
+                print(f"{r['products']:>7} products: {r['steps_per_second']:>9.0f} steps/s, "
+                      f"search median {r['search_ms_median']:.3f} ms (p95 {r['search_ms_p95']:.3f} ms)")
+    return 0
+
+
+def cmd_data(args) -> int:
+    """Regenerate data/catalog.json and data/goals.json, or check that they match a regeneration."""
+    from .webshop.catalog import CATALOG_FILE, GOALS_FILE, catalog_to_json, generate_catalog, save_catalog
+
+    catalog = generate_catalog()
+    if args.check:
+        stale = [name for name, text in zip((CATALOG_FILE, GOALS_FILE), catalog_to_json(catalog))
+                 if not (DATA_DIR / name).exists() or (DATA_DIR / name).read_text() != text]
+        if stale:
+            print(f"out of date: {', '.join(stale)} (run `python -m apo_helpers data`)", file=sys.stderr)
+            return 1
+        print("data/ matches a fresh generation")
+        return 0
+    for path in save_catalog(catalog, DATA_DIR):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .analysis.readme import update_readme
+    from .analysis.report import NotebookFailed, build_report
+
+    try:
+        build_report(args.only)
+    except NotebookFailed as e:
+        print(f"report stopped: {e}", file=sys.stderr)
+        return 1
+    if update_readme():
+        print("README.md tables updated from data/results/")
+    return 0
+
+
+def cmd_readme(args) -> int:
+    from .analysis.readme import update_readme
+
+    print("README.md updated" if update_readme() else "README.md already up to date")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m apo_helpers", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("play", help="play an episode yourself in the terminal")
+    p.add_argument("--split", default="test", choices=["train", "val", "test"])
+    p.add_argument("--goal", type=int, default=None, help="goal index in the split (default: random)")
+    p.add_argument("--seed", type=int, default=None)
+    p.set_defaults(func=cmd_play)
+
+    p = sub.add_parser("evaluate", help="evaluate an agent on a split")
+    p.add_argument("--agent", required=True, help="random | rule | expert | oracle")
+    p.add_argument("--split", default="test", choices=["train", "val", "test"])
+    p.add_argument("--episodes", type=int, default=None, help="first N goals of the split (default: all)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("bench", help="benchmarks (medians over repeats)")
+    p.add_argument("what", choices=["env"])
+    p.add_argument("--products", type=int, nargs="+", default=[1000], help="catalog sizes, e.g. 1000 10000 100000")
+    p.add_argument("--steps", type=int, default=20000, help="random-agent steps per size")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--save", action="store_true", help="also write data/results/bench_<what>.json (quoted in the README)")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("data", help="regenerate data/catalog.json and data/goals.json")
+    p.add_argument("--check", action="store_true", help="exit 1 when the committed files differ from a regeneration")
+    p.set_defaults(func=cmd_data)
+
+    p = sub.add_parser("report", help="execute the notebooks in order and export the HTML report")
+    p.add_argument("--only", nargs="*", default=None, help="notebook name prefixes, e.g. 00 01")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("readme", help="rewrite the README's result tables from data/results/")
+    p.set_defaults(func=cmd_readme)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

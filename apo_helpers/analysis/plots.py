@@ -1,0 +1,33 @@
+"""Figure helpers: consistent style, and every figure saved as a PNG under ``figures/`` (all notebooks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from ..config import FIGURES_DIR
+
+
+def save(fig, name: str, directory: Path = FIGURES_DIR) -> Path:
+    """Save ``fig`` as ``figures/<name>.png`` (150 dpi, tight) and return the path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.png"
+    fig.savefig(path, dpi=150, bbox_inches="tight", metadata={"Software": None})
+    return path
+
+
+def success_bars(table: pd.DataFrame, title: str, ax=None):
+    """Success rate per row of a ``summary_table`` with its 95% interval as error bars, plus the mean score."""
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6, 3.2))
+    x = range(len(table))
+    err = [table["success_rate"] - table["ci95_low"], table["ci95_high"] - table["success_rate"]]
+    ax.bar(x, table["success_rate"], yerr=err, capsize=4, color="#4c72b0", label="success rate (95% CI)")
+    ax.plot(x, table["mean_score"], "o", color="#dd8452", label="mean score")
+    ax.set_xticks(list(x), table.index)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("fraction")
+    ax.set_title(title)
+    ax.legend(loc="upper left", fontsize=8)
+    return fig

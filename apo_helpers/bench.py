@@ -1,0 +1,57 @@
+"""Benchmarks behind ``python -m apo_helpers bench ...`` (numbers quoted in the README).
+
+Benchmarks measure; tests assert behaviour. Each benchmark repeats its measurement and reports medians, because
+these machines are noisy.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+from .config import CatalogConfig, EnvConfig, seed_everything
+from .webshop.agents import RandomAgent
+from .webshop.catalog import generate_catalog
+from .webshop.env import WebShopEnv
+from .webshop.search import search_engine
+
+
+def bench_env(num_products: int = 1000, steps: int = 20000, repeats: int = 5, seed: int = 0) -> dict:
+    """Random-agent env steps per second (one process) and median BM25 search latency, at ``num_products``."""
+    seed_everything(seed)
+    config = CatalogConfig(num_products=num_products, seed=seed,
+                           test_targets=min(200, num_products // 5), val_targets=min(200, num_products // 5))
+    t0 = time.perf_counter()
+    catalog = generate_catalog(config)
+    generate_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    engine = search_engine(catalog, EnvConfig().max_results)
+    index_s = time.perf_counter() - t0
+    env = WebShopEnv(split="train", catalog=catalog, seed=seed)
+    agent = RandomAgent(seed)
+    rates = []
+    for _ in range(repeats):
+        done, count = True, 0
+        start = time.perf_counter()
+        while count < steps // repeats:
+            if done:
+                observation, info = env.reset()
+                agent.reset()
+            observation, _, terminated, truncated, info = env.step(agent.act(observation, info))
+            done = terminated or truncated
+            count += 1
+        rates.append(count / (time.perf_counter() - start))
+    queries = [g.instruction for g in catalog.goals["train"][:500]]
+    latencies = []
+    for query in queries:
+        start = time.perf_counter()
+        engine.search(query)
+        latencies.append((time.perf_counter() - start) * 1000)
+    return {"products": num_products, "steps_per_second": round(statistics.median(rates), 1),
+            "steps_per_second_runs": [round(r, 1) for r in rates],
+            "search_ms_median": round(statistics.median(latencies), 4),
+            "search_ms_p95": round(sorted(latencies)[int(0.95 * len(latencies)) - 1], 4),
+            "catalog_seconds": round(generate_s, 2), "index_seconds": round(index_s, 2),
+            "targets": {"steps_per_second": 5000, "search_ms_median_at_1000": 1.0},
+            "cpu_count": os.cpu_count()}

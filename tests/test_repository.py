@@ -1,0 +1,74 @@
+"""The repository's own rules: data reproducible, notebooks paired and executed, dependencies in step, no pickle."""
+
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from apo_helpers.config import DATA_DIR, PROJECT_ROOT
+from apo_helpers.webshop.catalog import CATALOG_FILE, GOALS_FILE, catalog_to_json, generate_catalog
+
+NOTEBOOKS = sorted((PROJECT_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_committed_data_is_a_byte_identical_regeneration():
+    catalog_text, goals_text = catalog_to_json(generate_catalog())
+    assert (DATA_DIR / CATALOG_FILE).read_text() == catalog_text
+    assert (DATA_DIR / GOALS_FILE).read_text() == goals_text
+
+
+def _requirement_names(requirements):
+    return {re.split(r"[<>=!~\[ ;]", r.strip(), maxsplit=1)[0].lower().replace("_", "-") for r in requirements}
+
+
+def test_environment_yml_names_the_same_dependencies_as_pyproject():
+    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {r.replace(" ", "") for r in project["dependencies"] + project["optional-dependencies"]["dev"]}
+    lines = (PROJECT_ROOT / "environment.yml").read_text().splitlines()
+    pip_section = [l.strip()[2:].strip() for l in lines[[l.strip() for l in lines].index("- pip:") + 1:]
+                   if l.strip().startswith("- ")]
+    conda_pins = {r.replace(" ", "") for r in pip_section if not r.startswith("-e")}
+    assert conda_pins == wanted, f"only in environment.yml: {conda_pins - wanted}; only in pyproject: {wanted - conda_pins}"
+    assert "torch==2.13.0" in wanted
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_paired_and_in_sync(notebook):
+    script = notebook.with_suffix(".py")
+    assert script.exists(), f"{notebook.name} has no paired {script.name}: run `make sync`"
+    rendered = subprocess.run([sys.executable, "-m", "jupytext", "--to", "py:percent", "-o", "-", str(notebook)],
+                              capture_output=True, text=True, check=True, cwd=PROJECT_ROOT).stdout
+    assert rendered == script.read_text(), f"{notebook.name} and {script.name} differ: run `make sync`"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_committed_with_outputs(notebook):
+    cells = json.loads(notebook.read_text())["cells"]
+    code = [c for c in cells if c["cell_type"] == "code"]
+    assert code and all(c.get("execution_count") for c in code), f"{notebook.name}: run `make report` before committing"
+    assert not any(o.get("output_type") == "error" for c in code for o in c.get("outputs", []))
+
+
+def test_environment_package_imports_no_torch():
+    code = "import sys, apo_helpers.webshop, apo_helpers.analysis.evaluate; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_no_pickle_and_safe_torch_load():
+    for path in (PROJECT_ROOT / "apo_helpers").rglob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"^\s*(import pickle|from pickle|import dill)", text, re.M), path
+        for call in re.findall(r"torch\.load\([^)]*\)", text):
+            assert "weights_only=True" in call, f"{path}: {call}"
+
+
+def test_readme_tables_match_the_committed_results():
+    from apo_helpers.analysis.readme import README, render_readme
+
+    text = README.read_text()
+    assert render_readme(text) == text, "README tables are stale: run `python -m apo_helpers readme`"
