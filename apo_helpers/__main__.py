@@ -1,4 +1,4 @@
-"""Command line: ``python -m apo_helpers {play,evaluate,bench,data,report,readme} ...`` (see ``--help`` of each)."""
+"""Command line: ``python -m apo_helpers {play,evaluate,train-ref,bench,data,report,readme} ...`` (see ``--help`` of each)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import argparse
 import json
 import sys
 
-from .config import DATA_DIR, RESULTS_DIR, seed_everything
+from pathlib import Path
+
+from .config import DATA_DIR, RESULTS_DIR, device, get_profile, seed_everything
 from .files import atomic_write_text
 
 
@@ -38,11 +40,20 @@ def cmd_play(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from .analysis.evaluate import evaluate
-    from .webshop.agents import make_agent
+    from pathlib import Path
+
+    from .analysis.evaluate import evaluate, evaluate_policy
+    from .webshop.agents import AGENTS, make_agent
 
     seed_everything(args.seed)
-    result = evaluate(make_agent(args.agent, args.seed), args.split, args.episodes, progress=not args.json)
+    if args.agent not in AGENTS and Path(args.agent).is_dir():
+        from .policy.models import load_policy
+
+        model, tokenizer = load_policy(args.agent, device())
+        result, _ = evaluate_policy(model, tokenizer, args.split, args.episodes, get_profile(args.profile),
+                                    name=args.agent, progress=not args.json)
+    else:
+        result = evaluate(make_agent(args.agent, args.seed), args.split, args.episodes, progress=not args.json)
     summary = {"agent": args.agent, "split": args.split, **result.summary()}
     if args.json:
         print(json.dumps(summary))
@@ -52,9 +63,38 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def cmd_train_ref(args) -> int:
+    """Train pi_ref by imitation, save it, and report its success, score and pass@k on val and test."""
+    from .analysis.evaluate import evaluate_policy, pass_at_k
+    from .apo.sft import train_reference
+
+    profile = get_profile(args.profile)
+    ref = train_reference(profile, args.out, args.demonstrations, args.pretrain_steps, args.sft_steps,
+                          progress=not args.json)
+    cfg = profile.reference
+    metrics = {"profile": profile.name, "demonstrations": len(ref.demonstrations),
+               "train_seconds": round(ref.seconds, 1), "final_loss": round(float(ref.history["loss"].iloc[-1]), 4)}
+    for split in ("val", "test"):
+        seed_everything(profile.seed)
+        result, _ = evaluate_policy(ref.model, ref.tokenizer, split, cfg.eval_episodes, profile, name="pi_ref",
+                                    progress=not args.json)
+        metrics[split] = result.summary()
+        metrics[split].update(pass_at_k(ref.model, ref.tokenizer, split, cfg.pass_k_goals, cfg.pass_k, profile,
+                                        progress=not args.json))
+    atomic_write_text(Path(args.out) / "metrics.json", json.dumps(metrics, indent=1) + "\n")
+    print(json.dumps(metrics) if args.json else json.dumps(metrics, indent=1))
+    return 0
+
+
 def cmd_bench(args) -> int:
     from . import bench
 
+    if args.what == "rollout":
+        result = bench.bench_rollout(args.batch, args.ref)
+        if args.save:
+            atomic_write_text(RESULTS_DIR / "bench_rollout.json", json.dumps(result, indent=1) + "\n")
+        print(json.dumps(result) if args.json else json.dumps(result, indent=1))
+        return 0
     if args.what == "env":
         results = [bench.bench_env(n, steps=args.steps) for n in args.products]
         if args.save:
@@ -121,15 +161,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_play)
 
     p = sub.add_parser("evaluate", help="evaluate an agent on a split")
-    p.add_argument("--agent", required=True, help="random | rule | expert | oracle")
+    p.add_argument("--agent", required=True, help="random | rule | expert | oracle | a saved policy folder")
+    p.add_argument("--profile", default=None, help="profile whose policy settings a saved policy plays with")
     p.add_argument("--split", default="test", choices=["train", "val", "test"])
     p.add_argument("--episodes", type=int, default=None, help="first N goals of the split (default: all)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_evaluate)
 
+    p = sub.add_parser("train-ref", help="train the reference policy pi_ref by imitation")
+    p.add_argument("--profile", default=None, help="ci | class | gpu (default: $APO_PROFILE or class)")
+    p.add_argument("--out", required=True, help="folder for the model, history.csv and metrics.json")
+    p.add_argument("--demonstrations", type=int, default=None, help="override the profile's demonstrations")
+    p.add_argument("--pretrain-steps", type=int, default=None)
+    p.add_argument("--sft-steps", type=int, default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_train_ref)
+
     p = sub.add_parser("bench", help="benchmarks (medians over repeats)")
-    p.add_argument("what", choices=["env"])
+    p.add_argument("what", choices=["env", "rollout"])
+    p.add_argument("--batch", type=int, default=32, help="rollout: episodes in lockstep")
+    p.add_argument("--ref", default=None, help="rollout: a saved policy folder (default: an untrained tiny model)")
     p.add_argument("--products", type=int, nargs="+", default=[1000], help="catalog sizes, e.g. 1000 10000 100000")
     p.add_argument("--steps", type=int, default=20000, help="random-agent steps per size")
     p.add_argument("--json", action="store_true")

@@ -55,3 +55,43 @@ def bench_env(num_products: int = 1000, steps: int = 20000, repeats: int = 5, se
             "catalog_seconds": round(generate_s, 2), "index_seconds": round(index_s, 2),
             "targets": {"steps_per_second": 5000, "search_ms_median_at_1000": 1.0},
             "cpu_count": os.cpu_count()}
+
+
+def bench_rollout(batch: int = 32, ref: str | None = None, split: str = "val", repeats: int = 3, seed: int = 0) -> dict:
+    """Agent tokens per second: ``batch`` episodes in lockstep vs the same episodes one at a time (greedy, same
+    goals, same model). Without ``ref`` the model is an untrained tiny Llama (every reply runs to the token limit)."""
+    import dataclasses
+
+    import torch
+
+    from .apo.sft import expert_demonstrations, tokenizer_corpus
+    from .config import device, get_profile
+    from .policy.models import create_policy, load_policy
+    from .policy.rollout import GREEDY, rollout
+    from .webshop.catalog import default_catalog
+
+    profile = get_profile()
+    seed_everything(seed)
+    if ref:
+        model, tokenizer = load_policy(ref, device())
+    else:
+        demos = expert_demonstrations(profile, 100)
+        model, tokenizer = create_policy("tiny", profile.model, tokenizer_corpus(default_catalog(), demos, profile.policy.window))
+        model.to(device())
+    goals = default_catalog().split(split)[:batch]
+    runs = {"batched": [], "sequential": []}
+    tokens = {}
+    for _ in range(repeats):
+        for mode, size in (("batched", batch), ("sequential", 1)):
+            config = dataclasses.replace(profile.policy, batch_size=size)
+            start = time.perf_counter()
+            trajectories = rollout(model, tokenizer, goals, GREEDY, config, profile.policy_env())
+            seconds = time.perf_counter() - start
+            tokens[mode] = sum(t.generated_tokens for t in trajectories)
+            runs[mode].append(tokens[mode] / seconds)
+    batched, sequential = statistics.median(runs["batched"]), statistics.median(runs["sequential"])
+    return {"batch": batch, "model": ref or "tiny (untrained)", "device": str(model.device),
+            "torch_threads": torch.get_num_threads(),
+            "tokens_per_second_batched": round(batched, 1), "tokens_per_second_sequential": round(sequential, 1),
+            "speedup": round(batched / sequential, 2), "generated_tokens": tokens,
+            "runs": {k: [round(v, 1) for v in vs] for k, vs in runs.items()}, "target_speedup": 8.0}

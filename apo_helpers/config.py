@@ -71,6 +71,65 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class ModelConfig:
+    """The policy network (notebook 02). ``tiny`` is a small Llama trained from scratch here."""
+
+    name: str = "tiny"
+    """Registry name: ``tiny`` or ``hf:<local folder>``."""
+    vocab_size: int = 2048
+    """BPE vocabulary of the tiny tokenizer."""
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_layers: int = 4
+    num_heads: int = 4
+    max_positions: int = 2048
+    """Longest sequence the model can read (prompt + response)."""
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """How the language model plays the shop (notebook 02)."""
+
+    window: int | None = 1
+    """Turns of full history in the prompt; older turns are reduced to their actions. None = the whole episode."""
+    format_penalty: float = -0.1
+    """Added to a turn's reward when the response does not parse (RAGEN uses -0.1)."""
+    max_new_tokens: int = 40
+    """Tokens generated per turn at most."""
+    max_prompt_tokens: int = 1024
+    """Longer prompts are cut from the left."""
+    results_per_page: int = 5
+    """Results per page the policy sees (rendering only; the rules are unchanged)."""
+    show_item_positions: bool = True
+    """Show ``item k`` before each result so the policy can click by position instead of copying an id."""
+    batch_size: int = 64
+    """Episodes generated in lockstep."""
+
+
+@dataclass(frozen=True)
+class ReferenceConfig:
+    """Imitation warm start of pi_ref (notebook 02)."""
+
+    demonstrations: int = 600
+    """Expert episodes on train goals."""
+    pretrain_steps: int = 150
+    """Next-token steps on all tokens of rendered episodes (the miniature of LLM pretraining)."""
+    sft_steps: int = 650
+    """Imitation steps: cross-entropy on assistant tokens only."""
+    batch_size: int = 16
+    """Sequences per step."""
+    lr: float = 2e-3
+    """Peak AdamW learning rate (warm-up, then cosine decay)."""
+    weight_decay: float = 0.01
+    eval_episodes: int = 200
+    """Val / test goals evaluated after training."""
+    pass_k: int = 8
+    """k of pass@k."""
+    pass_k_goals: int = 50
+    """Goals sampled k times for pass@k."""
+
+
+@dataclass(frozen=True)
 class Profile:
     """All settings of one profile; ``get_profile()`` returns the active one."""
 
@@ -84,10 +143,24 @@ class Profile:
     """Environment rules and rendering."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """Evaluation budget."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy network."""
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    """Prompting, generation and rendering for the policy."""
+    reference: ReferenceConfig = field(default_factory=ReferenceConfig)
+    """Imitation warm start."""
+
+    def policy_env(self) -> EnvConfig:
+        """The environment as the policy sees it: the same rules, the policy's rendering."""
+        return dataclasses.replace(self.env, results_per_page=self.policy.results_per_page,
+                                   show_item_positions=self.policy.show_item_positions)
 
 
 PROFILES: dict[str, Profile] = {
-    "ci": Profile(name="ci", eval=EvalConfig(episodes=40)),
+    "ci": Profile(name="ci", eval=EvalConfig(episodes=40),
+                  model=ModelConfig(vocab_size=1024, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2),
+                  reference=ReferenceConfig(demonstrations=60, pretrain_steps=10, sft_steps=20, batch_size=8,
+                                            eval_episodes=16, pass_k=2, pass_k_goals=4)),
     "class": Profile(name="class"),
     "gpu": Profile(name="gpu"),
 }

@@ -152,6 +152,27 @@ def test_many_product_types_have_near_duplicates(full_catalog):
     assert len(confusable) >= 0.5 * len(test_goals)
 
 
+def test_products_come_in_families_of_two_to_five_near_duplicates(full_catalog):
+    """``generate_products``: families of 2-5 of one type, in a row; each variant is the first product with at most
+    one attribute swapped and its price moved by 10-60%."""
+    families, run = [], [full_catalog.products[0]]
+    for product in full_catalog.products[1:]:
+        if product.product_type == run[0].product_type:
+            run.append(product)
+        else:
+            families.append(run)
+            run = [product]
+    # (the last run is left out: num_products may cut it short)
+    assert len(families) >= 200
+    assert all(2 <= len(f) <= 5 for f in families), sorted({len(f) for f in families})
+    for base, *variants in families:
+        for v in variants:
+            assert len(v.attributes) == len(base.attributes)
+            assert len(set(v.attributes) - set(base.attributes)) <= 1
+            assert 0.6 * base.price - 0.01 <= v.price <= 1.6 * base.price + 0.01 and v.price != base.price
+            assert set(v.options) == set(base.options)
+
+
 # ---------------------------------------------------------------------------------------------- fuzzy-distinct pools
 
 def _pools():

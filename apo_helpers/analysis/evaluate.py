@@ -112,3 +112,55 @@ def summary_table(evaluations: list[Evaluation]) -> pd.DataFrame:
                      "mean_score": s["mean_score"], "mean_steps": s["mean_steps"],
                      "invalid_rate": s["invalid_rate"], "episodes": s["episodes"]})
     return pd.DataFrame(rows).set_index("agent")
+
+
+# ---------------------------------------------------------------------------------------------- LM policies
+
+def episode_from_trajectory(trajectory, index: int) -> Episode:
+    """A language-model trajectory in the shape of a scripted agent's episode (for the same tables)."""
+    t = trajectory
+    return Episode(goal_index=index, instruction=t.goal.instruction,
+                   category=t.goal.category[0], observations=[u.observation for u in t.turns],
+                   actions=[u.action or u.response for u in t.turns], valid=[u.valid for u in t.turns],
+                   reward=t.env_reward, success=t.success, bought=t.breakdown is not None, breakdown=t.breakdown)
+
+
+def policy_goals(split: str, episodes: int | None, catalog=None):
+    """The first ``episodes`` goals of ``split``: the same goals the scripted agents are scored on."""
+    from ..webshop.catalog import default_catalog
+
+    goals = (catalog or default_catalog()).split(split)
+    return goals if episodes is None else goals[:episodes]
+
+
+def evaluate_policy(model, tokenizer, split: str = "test", episodes: int | None = None, profile=None,
+                    sampling=None, name: str = "policy", progress: bool = True):
+    """Greedy (by default) episodes of a language-model policy -> ``(Evaluation, trajectories)``."""
+    from ..config import get_profile
+    from ..policy.rollout import GREEDY, rollout
+
+    profile = profile or get_profile()
+    goals = policy_goals(split, episodes)
+    bar = tqdm(total=len(goals), desc=f"{name} on {split}", disable=not progress, leave=False)
+    trajectories = rollout(model, tokenizer, goals, sampling or GREEDY, profile.policy, profile.policy_env(),
+                           progress=bar)
+    bar.close()
+    return Evaluation(name, split, [episode_from_trajectory(t, g.index) for t, g in zip(trajectories, goals)]), trajectories
+
+
+def pass_at_k(model, tokenizer, split: str, goals: int, k: int, profile=None, temperature: float = 1.0,
+              progress: bool = True) -> dict:
+    """Share of goals solved by at least one of k sampled episodes (and the per-sample success rate)."""
+    from ..config import get_profile
+    from ..policy.rollout import Sampling, rollout
+
+    profile = profile or get_profile()
+    chosen = policy_goals(split, goals)
+    repeated = [g for g in chosen for _ in range(k)]
+    bar = tqdm(total=len(repeated), desc=f"pass@{k} on {split}", disable=not progress, leave=False)
+    trajectories = rollout(model, tokenizer, repeated, Sampling(temperature=temperature), profile.policy,
+                           profile.policy_env(), progress=bar)
+    bar.close()
+    solved = [any(t.success for t in trajectories[i * k:(i + 1) * k]) for i in range(len(chosen))]
+    return {"split": split, "k": k, "goals": len(chosen), "pass_at_k": sum(solved) / len(chosen),
+            "sample_success": sum(t.success for t in trajectories) / len(trajectories)}

@@ -3,8 +3,9 @@
 - ``random``: uniform over the available actions (a search uses 1-4 random words of the instruction).
 - ``rule``: WebShop's rule baseline: search the instruction, click the first result, buy.
 - ``expert``: sees only the instruction and the pages, never the target. It searches the instruction's key words,
-  reads the result titles and prices, opens the best candidate, checks that the options the instruction asks for
-  are offered (else goes back to the next candidate), selects them and buys.
+  reads the result titles and prices, opens the best candidate (by position when positions are shown), checks that
+  the options the instruction asks for are offered (else goes back to the next candidate), selects them and buys.
+  ``expert.reason`` says in a few words why it took its last action (the think of the demonstrations).
 - ``oracle``: knows the target product (``info["goal"]``): searches its title, pages to it, selects the goal's
   options and buys. It shows the environment is solvable (100% success).
 
@@ -104,17 +105,20 @@ class ExpertAgent(Agent):
         self.rejected: set[str] = set()
         self.selected: set[str] = set()
         self.opened = ""
+        self.reason = ""
+        """A short, true account of the last action (the ``<think>`` of demonstrations)."""
 
     def act(self, observation, info):
         instruction = instruction_of(observation)
         page = info["page"]
         if page == "search":
-            words = search_keywords(instruction)
-            return f"search[{words or instruction}]"
+            self.reason = "search for the key words of the instruction"
+            return f"search[{search_keywords(instruction) or instruction}]"
         if page == "results":
             return self._choose(observation, instruction, info)
         if page == "item":
             return self._on_item(observation, instruction, info)
+        self.reason = "back to the item"
         return "click[< prev]"
 
     def _choose(self, observation, instruction, info):
@@ -123,12 +127,20 @@ class ExpertAgent(Agent):
         candidates = [(len(keywords & set(content_words(title))), price <= budget, -rank, asin)
                       for rank, (asin, title, price) in enumerate(parse_results(observation)) if asin not in self.rejected]
         affordable = [c for c in candidates if c[1]]
-        if not affordable and "click[next >]" in info["available_actions"] and self._page(observation) < self.max_pages:
+        has_next = "click[next >]" in info["available_actions"]
+        if not affordable and has_next and self._page(observation) < self.max_pages:
+            self.reason = "nothing here fits the budget, try the next page"
             return "click[next >]"
         if not candidates:
-            return "click[next >]" if "click[next >]" in info["available_actions"] else "click[back to search]"
-        self.opened = max(affordable or candidates)[3]
+            self.reason = "no result left to try"
+            return "click[next >]" if has_next else "click[back to search]"
+        _, _, rank, self.opened = max(affordable or candidates)
         self.selected = set()
+        position = f"item {1 - rank}"
+        if f"click[{position}]" in info["available_actions"]:
+            self.reason = f"{position} matches the instruction best"
+            return f"click[{position}]"
+        self.reason = f"{self.opened.lower()} matches the instruction best"
         return f"click[{self.opened}]"
 
     @staticmethod
@@ -140,13 +152,17 @@ class ExpertAgent(Agent):
         offered = {a[len("click["):-1] for a in info["available_actions"]}
         wanted = parse_wanted_options(instruction)
         price = float(re.search(r"Price: \$(\d+(?:\.\d+)?)", observation).group(1))
-        if any(v not in offered for v in wanted) or price > parse_budget(instruction):
+        missing = [v for v in wanted if v not in offered]
+        if missing or price > parse_budget(instruction):
             self.rejected.add(self.opened)
+            self.reason = f"{missing[0]} is not offered, go back" if missing else "too expensive, go back"
             return "click[< prev]"
         for value in wanted:
             if value not in self.selected:
                 self.selected.add(value)
+                self.reason = f"the instruction asks for {value}"
                 return f"click[{value}]"
+        self.reason = "options set and price ok, buy it"
         return "click[buy now]"
 
 

@@ -16,6 +16,7 @@ import unicodedata
 from dataclasses import dataclass, replace
 
 import gymnasium as gym
+import numpy as np
 from gymnasium import spaces
 
 from ..config import EnvConfig
@@ -66,6 +67,21 @@ def parse_action(text, max_chars: int = 500) -> Action:
     return Action(kind, arg)
 
 
+def _charset(catalog: Catalog) -> str:
+    """Every character an observation of this catalog can contain (computed once per catalog)."""
+    cache = catalog.__dict__
+    if "_charset" not in cache:
+        chars = set(string.printable)
+        for p in catalog.products:
+            chars.update(p.title + p.description + "".join(p.bullets) + "".join(str(r) for r in p.reviews))
+            chars.update("".join(v for values in p.options.values() for v in values) + "".join(p.options))
+        for goals in catalog.goals.values():
+            for g in goals:
+                chars.update(g.instruction)
+        cache["_charset"] = "".join(sorted(chars))
+    return cache["_charset"]
+
+
 class WebShopEnv(gym.Env):
     """A WebShop-style shop: find and buy the product an instruction describes.
 
@@ -95,12 +111,7 @@ class WebShopEnv(gym.Env):
             raise ValueError(f"render_mode {render_mode!r} is not one of {self.metadata['render_modes']}")
         self.split, self.render_mode = split, render_mode
         self.search_engine = search_engine(self.catalog, self.config.max_results)
-        charset = set(string.printable)
-        for p in self.catalog.products:
-            charset.update(p.title + p.description + "".join(p.bullets))
-        for g in self.goals:
-            charset.update(g.instruction)
-        self.observation_space = spaces.Text(MAX_OBSERVATION_CHARS, min_length=0, charset="".join(sorted(charset)))
+        self.observation_space = spaces.Text(MAX_OBSERVATION_CHARS, min_length=0, charset=_charset(self.catalog))
         self.action_space = spaces.Text(self.config.max_action_chars, min_length=1, charset=string.printable)
         self.goal: Goal = self.goals[0]
         self.state = PageState()
@@ -118,9 +129,9 @@ class WebShopEnv(gym.Env):
             self.goal = options["goal"]
         elif "goal_index" in options:
             index = options["goal_index"]
-            if not isinstance(index, int) or not 0 <= index < len(self.goals):
+            if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)) or not 0 <= index < len(self.goals):
                 raise ValueError(f"goal_index must be an int in [0, {len(self.goals)}) for split {self.split!r}, got {index!r}")
-            self.goal = self.goals[index]
+            self.goal = self.goals[int(index)]
         else:
             self.goal = self.goals[int(self.np_random.integers(len(self.goals)))]
         self.state, self.turn, self.done = PageState(), 0, False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 STOPWORDS = frozenset(
-    "a an and are as at be by for from has have i i'm im in is it its me my of on or please that the this to"
+    "a an and are as at be by for from has have i m in is it its me my of on or please that the this to"
     " under was which with you your want need looking find get show buy shopping am some pair price priced lower"
     " than less dollars budget".split()
 )

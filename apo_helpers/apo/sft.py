@@ -1,0 +1,149 @@
+"""Imitation warm start: the reference policy pi_ref that A*PO starts from (notebook 02).
+
+1. Demonstrations: the scripted expert plays train goals; each turn becomes an assistant reply
+   ``<think> its reason </think> <answer> its action </answer>``, rendered through the same prompt code the policy
+   uses (``policy.prompts``), so imitation and RL see identical text.
+2. A tokenizer is trained on the shop's text and the demonstrations (tiny model only).
+3. Pretraining (optional): next-token loss on every token of the rendered episodes: the model learns the shop's
+   language and page layout, the miniature of LLM pretraining.
+4. Imitation: cross-entropy on the assistant tokens only (the assistant mask).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from ..config import Profile, device as default_device, seed_everything
+from ..policy.models import count_parameters, create_policy, save_policy
+from ..policy.prompts import Turn, episode_chats, format_response, prompt_actions
+from ..policy.rollout import Trajectory
+from ..policy.prompts import encode_chat
+from ..policy.scoring import collate, token_logprobs
+from ..webshop.agents import ExpertAgent
+from ..webshop.catalog import Catalog, Goal, default_catalog
+from ..webshop.env import WebShopEnv
+from ..webshop.search import product_text
+
+
+def expert_demonstration(env: WebShopEnv, agent: ExpertAgent, goal: Goal) -> Trajectory:
+    """The expert's episode on ``goal`` as a trajectory with think + answer replies (no token ids yet)."""
+    observation, info = env.reset(options={"goal": goal})
+    agent.reset()
+    trajectory = Trajectory(goal=goal, turns=[])
+    done = False
+    while not done:
+        action = agent.act(observation, info)
+        turn = Turn(observation, prompt_actions(info["available_actions"]), info["turns_left"],
+                    response=format_response(agent.reason, action), think=agent.reason, action=action, format_ok=True)
+        observation, reward, terminated, truncated, info = env.step(action)
+        turn.valid, turn.reward = info["valid"], reward
+        trajectory.turns.append(turn)
+        done = terminated or truncated
+    trajectory.reward = trajectory.env_reward = reward
+    trajectory.success, trajectory.breakdown = info["success"], info.get("reward_breakdown")
+    return trajectory
+
+
+def expert_demonstrations(profile: Profile, count: int, catalog: Catalog | None = None, seed: int = 0) -> list[Trajectory]:
+    """Successful expert episodes on ``count`` train goals drawn with ``seed``."""
+    catalog = catalog or default_catalog()
+    goals = list(catalog.split("train"))
+    random.Random(seed).shuffle(goals)
+    env = WebShopEnv(split="train", catalog=catalog, config=profile.policy_env())
+    agent = ExpertAgent()
+    demos = [expert_demonstration(env, agent, g) for g in goals[:count]]
+    return [d for d in demos if d.success]
+
+
+def tokenizer_corpus(catalog: Catalog, demos: list[Trajectory], window) -> list[str]:
+    """Texts the tiny tokenizer is trained on: products, train instructions, demonstration chats."""
+    texts = [product_text(p) + " " + " ".join(v for vs in p.options.values() for v in vs) for p in catalog.products]
+    texts += [g.instruction for g in catalog.split("train")]
+    for d in demos:
+        for chat in episode_chats(d.turns, window):
+            texts.append("\n".join(m["content"] for m in chat))
+    return texts
+
+
+def tokenize_demonstrations(demos: list[Trajectory], tokenizer, window) -> None:
+    """Fill ``input_ids`` / ``assistant_mask`` of each demonstration."""
+    for d in demos:
+        d.input_ids, d.assistant_mask = [], []
+        for chat in episode_chats(d.turns, window):
+            ids, mask = encode_chat(tokenizer, chat)
+            d.input_ids.append(ids)
+            d.assistant_mask.append(mask)
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
+    """Linear warm-up, then cosine decay to 10% of the peak."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@dataclass
+class Reference:
+    """A trained pi_ref and how it got there."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    history: pd.DataFrame
+    """One row per step: step, phase (pretrain / sft), loss, lr, seconds."""
+    demonstrations: list[Trajectory]
+    seconds: float
+
+
+def train_reference(profile: Profile, out_dir=None, demonstrations: int | None = None, pretrain_steps: int | None = None,
+                    sft_steps: int | None = None, progress: bool = True, catalog: Catalog | None = None) -> Reference:
+    """Build the tiny model and train it: pretraining on whole episodes, then imitation on assistant tokens."""
+    cfg = profile.reference
+    demonstrations = cfg.demonstrations if demonstrations is None else demonstrations
+    pretrain_steps = cfg.pretrain_steps if pretrain_steps is None else pretrain_steps
+    sft_steps = cfg.sft_steps if sft_steps is None else sft_steps
+    catalog = catalog or default_catalog()
+    seed_everything(profile.seed)
+    start = time.perf_counter()
+    demos = expert_demonstrations(profile, demonstrations, catalog, seed=profile.seed)
+    window = profile.policy.window
+    model, tokenizer = create_policy(profile.model.name, profile.model, corpus=tokenizer_corpus(catalog, demos, window))
+    tokenize_demonstrations(demos, tokenizer, window)
+    dev = default_device()
+    model.to(dev).train()
+    sequences = [(ids, mask) for d in demos for ids, mask in zip(d.input_ids, d.assistant_mask)]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    rng = random.Random(profile.seed)
+    total = pretrain_steps + sft_steps
+    rows = []
+    bar = tqdm(range(total), desc=f"pi_ref ({count_parameters(model) / 1e6:.1f}M params)", disable=not progress)
+    for step in bar:
+        phase = "pretrain" if step < pretrain_steps else "sft"
+        lr = lr_at(step, total, cfg.lr, warmup=max(1, total // 20))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        batch = rng.sample(sequences, min(cfg.batch_size, len(sequences)))
+        ids, attn, mask = collate([b[0] for b in batch], [b[1] for b in batch], tokenizer.pad_token_id, dev)
+        target = attn.float() if phase == "pretrain" else mask
+        logp = token_logprobs(model, ids, attn)
+        loss = -(logp * target[:, 1:]).sum() / target[:, 1:].sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        rows.append({"step": step, "phase": phase, "loss": loss.item(), "lr": lr,
+                     "seconds": time.perf_counter() - start})
+        bar.set_postfix(phase=phase, loss=f"{loss.item():.3f}")
+    model.eval()
+    reference = Reference(model, tokenizer, pd.DataFrame(rows), demos, time.perf_counter() - start)
+    if out_dir is not None:
+        save_policy(model, tokenizer, out_dir)
+        reference.history.to_csv(f"{out_dir}/history.csv", index=False)
+    return reference

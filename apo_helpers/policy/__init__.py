@@ -1,0 +1,1 @@
+"""The language-model side: prompts, models and batched multi-turn rollouts (notebook 02)."""

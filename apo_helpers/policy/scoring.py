@@ -1,0 +1,38 @@
+"""Log-probabilities of token sequences under a model: the quantity every objective is built from (notebook 02).
+
+Sequences are right-padded into a batch; ``token_logprobs`` gives log p(token_t | tokens_<t) for t >= 1, and the
+assistant mask picks the tokens the agent wrote. Summing them over an episode's chats gives log pi(y | x).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def collate(sequences: list[list[int]], masks: list[list[int]], pad_id: int, device=None):
+    """Right-padded ``(input_ids, attention_mask, loss_mask)`` tensors."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(sequences), width), dtype=torch.long)
+    loss = torch.zeros((len(sequences), width), dtype=torch.float32)
+    for row, (seq, mask) in enumerate(zip(sequences, masks)):
+        ids[row, : len(seq)] = torch.tensor(seq)
+        attn[row, : len(seq)] = 1
+        loss[row, : len(mask)] = torch.tensor(mask, dtype=torch.float32)
+    return ids.to(device), attn.to(device), loss.to(device)
+
+
+def token_logprobs(model, input_ids, attention_mask) -> torch.Tensor:
+    """``(B, T-1)`` log-probabilities of tokens 1..T-1 given their prefixes."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+    return torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+def masked_token_stats(model, input_ids, attention_mask, loss_mask):
+    """``(sum of masked log-probs per sequence, masked token count per sequence, mean entropy of masked tokens)``."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    mask = loss_mask[:, 1:]
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return (logp * mask).sum(-1), mask.sum(-1), (entropy * mask).sum() / mask.sum().clamp(min=1)

@@ -1,0 +1,160 @@
+"""Scripted agents: oracle solves everything, expert >= 90% without the goal, rule and random do what they say."""
+
+from __future__ import annotations
+
+import pytest
+
+from apo_helpers.analysis.evaluate import evaluate, run_episode
+from apo_helpers.webshop.agents import (AGENTS, ExpertAgent, OracleAgent, RandomAgent, RuleAgent, instruction_of,
+                                        make_agent, parse_budget, parse_results, parse_wanted_options, search_keywords)
+from apo_helpers.webshop.env import SEARCH_PLACEHOLDER, WebShopEnv
+from apo_helpers.webshop.reward import webshop_reward
+from apo_helpers.webshop.text import content_words, normalize
+
+
+class GoalHidingEnv:
+    """Passes everything through to ``env`` but removes ``goal`` from the info dicts the agent is given."""
+
+    def __init__(self, env: WebShopEnv):
+        self.env = env
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    @staticmethod
+    def _hide(info: dict) -> dict:
+        return {k: v for k, v in info.items() if k != "goal"}
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return obs, self._hide(info)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, self._hide(info)
+
+
+@pytest.fixture(scope="module")
+def test_env(full_catalog):
+    return WebShopEnv(split="test", catalog=full_catalog)
+
+
+def _episodes(evaluation):
+    return [(e.actions, e.reward, e.success) for e in evaluation.episodes]
+
+
+def test_oracle_solves_every_test_goal(test_env):
+    evaluation = evaluate(OracleAgent(), env=test_env, progress=False)
+    assert len(evaluation.episodes) == 200
+    assert all(e.success and e.reward == 1.0 for e in evaluation.episodes)
+    assert evaluation.summary()["success_rate"] == 1.0
+    assert evaluation.summary()["invalid_rate"] == 0.0
+
+
+def test_oracle_needs_the_goal(test_env):
+    """The goal-hiding wrapper really hides it: the oracle cannot play without it."""
+    with pytest.raises(KeyError):
+        run_episode(GoalHidingEnv(test_env), OracleAgent(), 0)
+
+
+def test_expert_succeeds_on_90_percent_of_test_goals_without_seeing_them(test_env):
+    hidden = evaluate(ExpertAgent(), env=GoalHidingEnv(test_env), progress=False)
+    plain = evaluate(ExpertAgent(), env=test_env, progress=False)
+    assert hidden.summary()["success_rate"] >= 0.9
+    assert hidden.summary()["invalid_rate"] == 0.0
+    assert _episodes(hidden) == _episodes(plain)
+
+
+def test_rule_agent_searches_the_instruction_clicks_the_first_result_and_buys(small_catalog):
+    env = WebShopEnv(split="test", catalog=small_catalog)
+    for i, goal in enumerate(env.goals):
+        episode = run_episode(env, RuleAgent(), i)
+        first = env.search_engine.search(normalize(goal.instruction))[0]
+        assert episode.actions == [f"search[{goal.instruction}]", f"click[{first}]", "click[buy now]"]
+        assert episode.bought and all(episode.valid)
+        assert episode.reward == webshop_reward(small_catalog.by_asin[first], {}, goal).reward
+
+
+def test_rule_agent_goes_back_when_there_are_no_results():
+    no_results = "Instruction: [SEP] find me a qqq [SEP] Back to Search [SEP] Page 1 (Total results: 0) [SEP] No results"
+    assert RuleAgent().act(no_results, {"page": "results"}) == "click[back to search]"
+    assert RuleAgent().act("x", {"page": "detail"}) == "click[< prev]"
+
+
+def test_random_agent_only_uses_available_actions(small_catalog):
+    env = WebShopEnv(split="test", catalog=small_catalog)
+    agent = RandomAgent(seed=3)
+    searches = 0
+    for i in range(len(env.goals)):
+        obs, info = env.reset(options={"goal_index": i})
+        agent.reset()
+        allowed_words = set(content_words(env.goal.instruction))
+        done = False
+        while not done:
+            action = agent.act(obs, info)
+            if action.startswith("search["):
+                searches += 1
+                assert info["available_actions"] == [SEARCH_PLACEHOLDER]
+                query = action[len("search["):-1].split()
+                assert 1 <= len(query) <= 4 and set(query) <= allowed_words, action
+            else:
+                assert action in info["available_actions"]
+            obs, _, terminated, truncated, info = env.step(action)
+            assert info["valid"], (action, info.get("error"))
+            done = terminated or truncated
+    assert searches >= len(env.goals)
+
+
+def test_random_agent_is_seeded(small_catalog):
+    env = WebShopEnv(split="test", catalog=small_catalog)
+    runs = [[run_episode(env, RandomAgent(seed=s), i).actions for i in range(5)] for s in (0, 0, 1)]
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+def test_make_agent_builds_each_agent():
+    assert set(AGENTS) == {"random", "rule", "expert", "oracle"}
+    for name, cls in AGENTS.items():
+        agent = make_agent(name, seed=2)
+        assert type(agent) is cls and agent.name == name
+
+
+def test_make_agent_unknown_name_raises():
+    with pytest.raises(ValueError, match="unknown agent 'gpt'"):
+        make_agent("gpt")
+
+
+# ---------------------------------------------------------------------------------------------- parsing helpers
+
+INSTRUCTION = "i need a t-shirt that is slim fit and v neck, in navy, size x-large, and price lower than 30.00 dollars"
+
+
+def test_instruction_of():
+    assert instruction_of(f"WebShop [SEP] Instruction: [SEP] {INSTRUCTION} [SEP] Search") == INSTRUCTION
+
+
+def test_parse_budget_and_options():
+    assert parse_budget(INSTRUCTION) == 30.0
+    assert parse_budget("find me a hat") == float("inf")
+    assert parse_wanted_options(INSTRUCTION) == ["navy", "x-large"]
+    assert parse_wanted_options("show me a phone case: slim, model: iphone 15, under 20.00 dollars") == ["iphone 15"]
+    assert parse_wanted_options("find me some tea, flavor: ginger, pack: 2-pack, for less than 9.00 dollars") == \
+        ["ginger", "2-pack"]
+
+
+def test_search_keywords_drop_filler_options_and_budget():
+    assert search_keywords(INSTRUCTION) == "t shirt slim fit v neck"
+
+
+def test_parse_results(small_catalog, paged_query):
+    env = WebShopEnv(split="test", catalog=small_catalog)
+    env.reset(options={"goal_index": 0})
+    obs = env.step(f"search[{paged_query}]")[0]
+    expected = [(a, small_catalog.by_asin[a].title, small_catalog.by_asin[a].price) for a in env.state.results[:10]]
+    assert parse_results(obs) == expected
+
+
+def test_parse_wanted_options_recovers_every_test_goals_options(full_catalog):
+    for goal in full_catalog.split("test"):
+        assert parse_wanted_options(goal.instruction) == list(goal.options.values()), goal.instruction
+        assert parse_budget(goal.instruction) == goal.price_upper
