@@ -1,4 +1,4 @@
-"""Command line: ``python -m apo_helpers {play,evaluate,train-ref,bench,data,report,readme} ...`` (see ``--help`` of each)."""
+"""Command line: ``python -m apo_helpers {play,evaluate,train-ref,sweep-ref,bench,data,report,readme} ...`` (see ``--help`` of each)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,10 @@ def cmd_train_ref(args) -> int:
     from .analysis.evaluate import evaluate_policy, pass_at_k
     from .apo.sft import train_reference
 
+    from .apo.sft import reference_dir
+
     profile = get_profile(args.profile)
+    args.out = args.out or reference_dir(profile)
     ref = train_reference(profile, args.out, args.demonstrations, args.pretrain_steps, args.sft_steps,
                           progress=not args.json)
     cfg = profile.reference
@@ -83,6 +86,33 @@ def cmd_train_ref(args) -> int:
                                         progress=not args.json))
     atomic_write_text(Path(args.out) / "metrics.json", json.dumps(metrics, indent=1) + "\n")
     print(json.dumps(metrics) if args.json else json.dumps(metrics, indent=1))
+    return 0
+
+
+def cmd_sweep_ref(args) -> int:
+    """pi_ref's greedy test success against the number of demonstrations, with and without pretraining."""
+    import pandas as pd
+
+    from .analysis.evaluate import evaluate_policy
+    from .apo.sft import train_reference
+
+    profile = get_profile(args.profile)
+    rows = []
+    for pretrain in args.pretrain_steps:
+        for count in args.demonstrations:
+            ref = train_reference(profile, None, count, pretrain, progress=not args.json)
+            seed_everything(profile.seed)
+            result, _ = evaluate_policy(ref.model, ref.tokenizer, "test", profile.reference.eval_episodes, profile,
+                                        progress=False)
+            s = result.summary()
+            rows.append({"demonstrations": count, "pretrain_steps": pretrain, "sft_steps": profile.reference.sft_steps,
+                         "test_success_rate": s["success_rate"], "ci95_low": s["success_ci95"][0],
+                         "ci95_high": s["success_ci95"][1], "test_mean_score": round(s["mean_score"], 4),
+                         "invalid_rate": round(s["invalid_rate"], 4), "train_seconds": round(ref.seconds, 1)})
+            print(json.dumps(rows[-1]), flush=True)
+    table = pd.DataFrame(rows)
+    if args.save:
+        atomic_write_text(RESULTS_DIR / "ref_sweep.csv", table.to_csv(index=False))
     return 0
 
 
@@ -171,12 +201,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train-ref", help="train the reference policy pi_ref by imitation")
     p.add_argument("--profile", default=None, help="ci | class | gpu (default: $APO_PROFILE or class)")
-    p.add_argument("--out", required=True, help="folder for the model, history.csv and metrics.json")
+    p.add_argument("--out", default=None, help="folder for the model, history.csv and metrics.json "
+                   "(default: runs/pi_ref_<profile>, where the notebooks look)")
     p.add_argument("--demonstrations", type=int, default=None, help="override the profile's demonstrations")
     p.add_argument("--pretrain-steps", type=int, default=None)
     p.add_argument("--sft-steps", type=int, default=None)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train_ref)
+
+    p = sub.add_parser("sweep-ref", help="pi_ref success against the number of demonstrations")
+    p.add_argument("--profile", default=None)
+    p.add_argument("--demonstrations", type=int, nargs="+", default=[150, 300, 600])
+    p.add_argument("--pretrain-steps", type=int, nargs="+", default=[0, 150])
+    p.add_argument("--save", action="store_true", help="write data/results/ref_sweep.csv")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_sweep_ref)
 
     p = sub.add_parser("bench", help="benchmarks (medians over repeats)")
     p.add_argument("what", choices=["env", "rollout"])

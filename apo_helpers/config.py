@@ -26,6 +26,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = PROJECT_ROOT / "data"
 FIGURES_DIR = PROJECT_ROOT / "figures"
 RESULTS_DIR = DATA_DIR / "results"
+RUNS_DIR = PROJECT_ROOT / "runs"
+"""Models and logs that notebooks save for later notebooks (not committed; rebuilt when missing)."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ class PolicyConfig:
     """Turns of full history in the prompt; older turns are reduced to their actions. None = the whole episode."""
     format_penalty: float = -0.1
     """Added to a turn's reward when the response does not parse (RAGEN uses -0.1)."""
-    max_new_tokens: int = 40
+    max_new_tokens: int = 64
     """Tokens generated per turn at most."""
     max_prompt_tokens: int = 1024
     """Longer prompts are cut from the left."""
@@ -112,13 +114,18 @@ class ReferenceConfig:
 
     demonstrations: int = 600
     """Expert episodes on train goals."""
-    pretrain_steps: int = 150
+    demo_query: str = "instruction"
+    """What the demonstrating expert searches: the whole ``instruction`` (a span a small model can copy) or its
+    ``keywords`` (picking words, which a 1M-parameter model did not learn in 550 steps)."""
+    pretrain_steps: int = 300
     """Next-token steps on all tokens of rendered episodes (the miniature of LLM pretraining)."""
-    sft_steps: int = 650
+    sft_steps: int = 1200
     """Imitation steps: cross-entropy on assistant tokens only."""
     batch_size: int = 16
     """Sequences per step."""
-    lr: float = 2e-3
+    live_steps: int = 60
+    """Imitation steps notebook 02 runs live to show the loss falling (the full pi_ref is trained by train-ref)."""
+    lr: float = 3e-3
     """Peak AdamW learning rate (warm-up, then cosine decay)."""
     weight_decay: float = 0.01
     eval_episodes: int = 200
@@ -159,7 +166,8 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     "ci": Profile(name="ci", eval=EvalConfig(episodes=40),
                   model=ModelConfig(vocab_size=1024, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2),
-                  reference=ReferenceConfig(demonstrations=60, pretrain_steps=10, sft_steps=20, batch_size=8,
+                  policy=PolicyConfig(max_new_tokens=32),
+                  reference=ReferenceConfig(demonstrations=60, pretrain_steps=10, sft_steps=20, batch_size=8, live_steps=5,
                                             eval_episodes=16, pass_k=2, pass_k_goals=4)),
     "class": Profile(name="class"),
     "gpu": Profile(name="gpu"),

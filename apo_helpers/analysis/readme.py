@@ -54,7 +54,37 @@ def bench_env_table(results: Path = RESULTS_DIR) -> str | None:
     return _markdown(table)
 
 
-SECTIONS = {"baselines": baselines_table, "bench-env": bench_env_table}
+def pi_ref_table(results: Path = RESULTS_DIR) -> str | None:
+    path = results / "pi_ref_class.json"
+    if not path.exists():
+        return None
+    m = json.loads(path.read_text())
+    table = pd.DataFrame([{
+        "policy": "π_ref (tiny Llama, imitation)",
+        "test success [95% CI]": f"{m['test_success_rate']:.1%} [{m['test_ci95'][0]:.1%}, {m['test_ci95'][1]:.1%}]",
+        "test mean score": f"{m['test_mean_score']:.3f}",
+        "test invalid actions": f"{m['test_invalid_rate']:.1%}",
+        "val success": f"{m['val_success_rate']:.1%}",
+        f"val pass@{m['k']}": f"{m['val_pass_at_k']:.1%}",
+        "demonstrations": m["demonstrations"],
+        "training minutes (CPU)": f"{m['train_seconds'] / 60:.1f}"}])
+    return _markdown(table)
+
+
+def bench_rollout_table(results: Path = RESULTS_DIR) -> str | None:
+    path = results / "bench_rollout.json"
+    if not path.exists():
+        return None
+    r = json.loads(path.read_text())
+    table = pd.DataFrame([{
+        "episodes in lockstep": r["batch"], "model": r["model"], "device": r["device"],
+        "tokens/s batched": f"{r['tokens_per_second_batched']:,.0f}",
+        "tokens/s one at a time": f"{r['tokens_per_second_sequential']:,.0f}", "speed-up": f"{r['speedup']:.1f}x"}])
+    return _markdown(table)
+
+
+SECTIONS = {"baselines": baselines_table, "bench-env": bench_env_table, "pi-ref": pi_ref_table,
+            "bench-rollout": bench_rollout_table}
 
 
 def render_readme(text: str, results: Path = RESULTS_DIR) -> str:

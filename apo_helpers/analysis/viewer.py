@@ -57,7 +57,6 @@ class PlayWidget:
         self.page = widgets.HTML()
         self.choices = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))
         self.go.on_click(lambda _: self.act())
-        self.action.on_submit(lambda _: self.act())
         self.new.on_click(lambda _: self.restart(self.goal_index + 1))
         self.box = widgets.VBox([widgets.HBox([self.action, self.go, self.new]), self.status, self.choices, self.page])
         self.restart(goal_index)

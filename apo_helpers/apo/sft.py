@@ -15,17 +15,17 @@ import math
 import random
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from ..config import Profile, device as default_device, seed_everything
-from ..policy.models import count_parameters, create_policy, save_policy
-from ..policy.prompts import Turn, episode_chats, format_response, prompt_actions
+from ..config import RUNS_DIR, Profile, device as default_device, seed_everything
+from ..policy.models import count_parameters, create_policy, load_policy, save_policy
+from ..policy.prompts import Turn, encode_chat, episode_chats, format_response, prompt_actions
 from ..policy.rollout import Trajectory
-from ..policy.prompts import encode_chat
-from ..policy.scoring import collate, token_logprobs
+from ..policy.scoring import collate, selected_logprobs, token_logprobs
 from ..webshop.agents import ExpertAgent
 from ..webshop.catalog import Catalog, Goal, default_catalog
 from ..webshop.env import WebShopEnv
@@ -57,7 +57,7 @@ def expert_demonstrations(profile: Profile, count: int, catalog: Catalog | None 
     goals = list(catalog.split("train"))
     random.Random(seed).shuffle(goals)
     env = WebShopEnv(split="train", catalog=catalog, config=profile.policy_env())
-    agent = ExpertAgent()
+    agent = ExpertAgent(query=profile.reference.demo_query)
     demos = [expert_demonstration(env, agent, g) for g in goals[:count]]
     return [d for d in demos if d.success]
 
@@ -102,48 +102,79 @@ class Reference:
     seconds: float
 
 
-def train_reference(profile: Profile, out_dir=None, demonstrations: int | None = None, pretrain_steps: int | None = None,
-                    sft_steps: int | None = None, progress: bool = True, catalog: Catalog | None = None) -> Reference:
-    """Build the tiny model and train it: pretraining on whole episodes, then imitation on assistant tokens."""
-    cfg = profile.reference
-    demonstrations = cfg.demonstrations if demonstrations is None else demonstrations
-    pretrain_steps = cfg.pretrain_steps if pretrain_steps is None else pretrain_steps
-    sft_steps = cfg.sft_steps if sft_steps is None else sft_steps
+def build_tiny_policy(profile: Profile, demos: list[Trajectory], catalog: Catalog | None = None):
+    """A fresh tiny model and a tokenizer trained on the shop's text and ``demos`` (whose token ids it fills)."""
     catalog = catalog or default_catalog()
-    seed_everything(profile.seed)
-    start = time.perf_counter()
-    demos = expert_demonstrations(profile, demonstrations, catalog, seed=profile.seed)
     window = profile.policy.window
     model, tokenizer = create_policy(profile.model.name, profile.model, corpus=tokenizer_corpus(catalog, demos, window))
     tokenize_demonstrations(demos, tokenizer, window)
+    return model, tokenizer
+
+
+def imitate(model, tokenizer, demos: list[Trajectory], pretrain_steps: int, sft_steps: int, batch_size: int,
+            lr: float, weight_decay: float = 0.01, seed: int = 0, progress: bool = True) -> pd.DataFrame:
+    """Pretrain on every token of the demonstrations, then imitate their assistant tokens; returns the history."""
     dev = default_device()
     model.to(dev).train()
     sequences = [(ids, mask) for d in demos for ids, mask in zip(d.input_ids, d.assistant_mask)]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
-    rng = random.Random(profile.seed)
+    if not sequences:
+        raise ValueError("no tokenized demonstrations: call tokenize_demonstrations first")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
+    rng = random.Random(seed)
     total = pretrain_steps + sft_steps
-    rows = []
-    bar = tqdm(range(total), desc=f"pi_ref ({count_parameters(model) / 1e6:.1f}M params)", disable=not progress)
+    rows, start = [], time.perf_counter()
+    bar = tqdm(range(total), desc=f"imitation ({count_parameters(model) / 1e6:.1f}M params)", disable=not progress)
     for step in bar:
         phase = "pretrain" if step < pretrain_steps else "sft"
-        lr = lr_at(step, total, cfg.lr, warmup=max(1, total // 20))
+        current = lr_at(step, total, lr, warmup=max(1, total // 20))
         for group in optimizer.param_groups:
-            group["lr"] = lr
-        batch = rng.sample(sequences, min(cfg.batch_size, len(sequences)))
+            group["lr"] = current
+        batch = rng.sample(sequences, min(batch_size, len(sequences)))
         ids, attn, mask = collate([b[0] for b in batch], [b[1] for b in batch], tokenizer.pad_token_id, dev)
-        target = attn.float() if phase == "pretrain" else mask
-        logp = token_logprobs(model, ids, attn)
-        loss = -(logp * target[:, 1:]).sum() / target[:, 1:].sum()
+        if phase == "pretrain":
+            target = attn.float()[:, 1:]
+            loss = -(token_logprobs(model, ids, attn) * target).sum() / target.sum()
+        else:
+            loss = -selected_logprobs(model, ids, attn, mask)[0].mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        rows.append({"step": step, "phase": phase, "loss": loss.item(), "lr": lr,
+        rows.append({"step": step, "phase": phase, "loss": loss.item(), "lr": current,
                      "seconds": time.perf_counter() - start})
         bar.set_postfix(phase=phase, loss=f"{loss.item():.3f}")
     model.eval()
-    reference = Reference(model, tokenizer, pd.DataFrame(rows), demos, time.perf_counter() - start)
+    return pd.DataFrame(rows)
+
+
+def train_reference(profile: Profile, out_dir=None, demonstrations: int | None = None, pretrain_steps: int | None = None,
+                    sft_steps: int | None = None, progress: bool = True, catalog: Catalog | None = None) -> Reference:
+    """Demonstrations -> tokenizer and tiny model -> pretraining + imitation -> pi_ref (saved to ``out_dir``)."""
+    cfg = profile.reference
+    demonstrations = cfg.demonstrations if demonstrations is None else demonstrations
+    pretrain_steps = cfg.pretrain_steps if pretrain_steps is None else pretrain_steps
+    sft_steps = cfg.sft_steps if sft_steps is None else sft_steps
+    seed_everything(profile.seed)
+    start = time.perf_counter()
+    demos = expert_demonstrations(profile, demonstrations, catalog, seed=profile.seed)
+    model, tokenizer = build_tiny_policy(profile, demos, catalog)
+    history = imitate(model, tokenizer, demos, pretrain_steps, sft_steps, cfg.batch_size, cfg.lr, cfg.weight_decay,
+                      profile.seed, progress)
+    reference = Reference(model, tokenizer, history, demos, time.perf_counter() - start)
     if out_dir is not None:
         save_policy(model, tokenizer, out_dir)
-        reference.history.to_csv(f"{out_dir}/history.csv", index=False)
+        history.to_csv(f"{out_dir}/history.csv", index=False)
     return reference
+
+
+def reference_dir(profile: Profile) -> Path:
+    """Where notebook 02 saves pi_ref for the later notebooks: ``runs/pi_ref_<profile>``."""
+    return RUNS_DIR / f"pi_ref_{profile.name}"
+
+
+def load_or_train_reference(profile: Profile, progress: bool = True):
+    """``(model, tokenizer)`` of the profile's pi_ref: loaded when notebook 02 saved it, else trained and saved."""
+    directory = reference_dir(profile)
+    if not (directory / "model.safetensors").exists():
+        train_reference(profile, directory, progress=progress)
+    return load_policy(directory, default_device())

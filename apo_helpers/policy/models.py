@@ -2,8 +2,9 @@
 
 - ``tiny``: a small ``LlamaForCausalLM`` built from a config, with a BPE tokenizer trained by ``tokenizers`` on the
   shop's text (catalog, instructions, demonstrations) and wrapped as a ``PreTrainedTokenizerFast`` with a chat
-  template. Its pre-tokenizer isolates brackets and punctuation and splits digits, so ``search[`` never swallows the
-  first query word and a query can be copied token for token from the instruction.
+  template. Its pre-tokenizer isolates brackets and punctuation and splits digits, and its normalizer puts a space
+  after ``[``, so ``search[`` never swallows the first query word and a query is copied token for token from the
+  instruction (the prototype's lesson: token boundaries decide whether a tiny model can copy).
 - ``hf:<path-or-id>``: ``AutoModelForCausalLM`` and ``AutoTokenizer`` from a local folder (nothing is downloaded).
 
 Both save and load with ``save_pretrained`` / ``from_pretrained`` (safetensors, never pickle).
@@ -16,10 +17,13 @@ import tempfile
 from pathlib import Path
 
 import torch
+from transformers.utils import logging as hf_logging
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from ..config import ModelConfig
+
+hf_logging.disable_progress_bar()  # no "Loading weights" bars in notebooks; our own loops have tqdm bars
 
 SPECIAL_TOKENS = ["<unk>", "<pad>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
 TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>", "[sep]"]
@@ -33,7 +37,8 @@ STOP_TEXT = "</answer>"
 def train_tiny_tokenizer(texts, vocab_size: int = 2048) -> PreTrainedTokenizerFast:
     """A lowercase BPE tokenizer for the shop's language, with the chat template and tag tokens."""
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.normalizer = normalizers.Lowercase()
+    # "[" gets a space after it, so the first word of a query is the same token as that word in the instruction
+    tok.normalizer = normalizers.Sequence([normalizers.Lowercase(), normalizers.Replace("[", "[ ")])
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never"),
         pre_tokenizers.Split(Regex(r"[\[\]<>/:;,.$()|\-]"), behavior="isolated"),
@@ -44,8 +49,8 @@ def train_tiny_tokenizer(texts, vocab_size: int = 2048) -> PreTrainedTokenizerFa
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=alphabet,
                                   show_progress=False)
     tok.train_from_iterator(texts, trainer)
-    # the tags absorb the spaces around them, so "a [SEP] b" costs one token for the separator, not three
-    tok.add_tokens([AddedToken(t, lstrip=True, rstrip=True, normalized=True) for t in TAG_TOKENS])
+    # a tag absorbs the space before it ("a [SEP] b" -> a, [sep], ▁b); the word after it keeps its "▁" start
+    tok.add_tokens([AddedToken(t, lstrip=True, rstrip=False, normalized=True) for t in TAG_TOKENS])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="<|end|>",
                                    additional_special_tokens=SPECIAL_TOKENS[2:5])
     fast.chat_template = TINY_CHAT_TEMPLATE
@@ -99,7 +104,7 @@ def load_policy(directory, device: str | None = None, dtype: torch.dtype | None 
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True, use_safetensors=True,
-                                                 torch_dtype=dtype or torch.float32)
+                                                 dtype=dtype or torch.float32)
     if device:
         model.to(device)
     model.generation_config.pad_token_id = tokenizer.pad_token_id

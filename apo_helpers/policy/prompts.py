@@ -18,11 +18,11 @@ import re
 from dataclasses import dataclass
 
 SYSTEM_PROMPT = (
-    "You shop in a web store: find and buy the product the instruction describes. Actions: search[query] on the "
-    "search page, or click[button] for a button on the page. Answer with <think> a short reason </think> "
-    "<answer> one action </answer>."
+    "Find and buy the product the instruction describes. Actions: search[query] on the search page, "
+    "click[button] for a button on the page. Reply <think> a short reason </think> <answer> one action </answer>."
 )
 FORMAT_REMINDER = "Always output: <think> ... </think> <answer> ... </answer>"
+_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 _RESPONSE = re.compile(r"\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*", re.S)
 
 
@@ -38,7 +38,7 @@ class Turn:
     """The raw text the model produced."""
     think: str = ""
     action: str = ""
-    """The action sent to the environment (the parsed answer, or the raw text when it did not parse)."""
+    """The action sent to the environment: the parsed answer, or "" (an invalid action) when the reply did not parse."""
     format_ok: bool = False
     valid: bool = False
     """Whether the environment accepted the action."""
@@ -52,6 +52,8 @@ def parse_response(text: str) -> tuple[str, str, bool]:
     if match is None:
         return "", "", False
     think, action = match.group(1).strip(), match.group(2).strip()
+    if any(tag in think or tag in action for tag in _TAGS):  # nested or repeated tags: not one think + one answer
+        return "", "", False
     return think, action, bool(action)
 
 

@@ -36,3 +36,25 @@ def masked_token_stats(model, input_ids, attention_mask, loss_mask):
     mask = loss_mask[:, 1:]
     entropy = -(logp_all.exp() * logp_all).sum(-1)
     return (logp * mask).sum(-1), mask.sum(-1), (entropy * mask).sum() / mask.sum().clamp(min=1)
+
+
+def selected_logprobs(model, input_ids, attention_mask, loss_mask, with_entropy: bool = False):
+    """Log-probs of the tokens where ``loss_mask[:, 1:]`` is 1, computing the output layer only there.
+
+    Returns ``(logp, rows, entropy)``: a flat tensor of log-probs, the batch row of each, and (optionally) the
+    entropy of the predicted distribution at each. Projecting only the trained positions onto the vocabulary
+    saves most of the output layer's cost when, as in imitation, few tokens of a sequence are trained on.
+    """
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
+    rows, cols = loss_mask[:, 1:].nonzero(as_tuple=True)
+    logits = model.get_output_embeddings()(hidden[rows, cols]).float()
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, input_ids[rows, cols + 1].unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+    return logp, rows, entropy
+
+
+def sequence_logprob_sums(model, input_ids, attention_mask, loss_mask) -> torch.Tensor:
+    """Per sequence, the sum of the log-probs of its masked tokens (differentiable)."""
+    logp, rows, _ = selected_logprobs(model, input_ids, attention_mask, loss_mask)
+    return torch.zeros(input_ids.shape[0], device=logp.device, dtype=logp.dtype).index_add(0, rows, logp)

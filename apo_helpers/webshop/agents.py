@@ -6,6 +6,8 @@
   reads the result titles and prices, opens the best candidate (by position when positions are shown), checks that
   the options the instruction asks for are offered (else goes back to the next candidate), selects them and buys.
   ``expert.reason`` says in a few words why it took its last action (the think of the demonstrations).
+  ``ExpertAgent(query="instruction")`` searches the whole instruction instead of its key words: as good here, and
+  far easier for a small language model to imitate (copying a span instead of picking words).
 - ``oracle``: knows the target product (``info["goal"]``): searches its title, pages to it, selects the goal's
   options and buys. It shows the environment is solvable (100% success).
 
@@ -98,8 +100,10 @@ class RuleAgent(Agent):
 class ExpertAgent(Agent):
     name = "expert"
 
-    def __init__(self, seed: int = 0, max_pages: int = 3):
-        self.max_pages = max_pages
+    def __init__(self, seed: int = 0, max_pages: int = 3, query: str = "keywords"):
+        if query not in ("keywords", "instruction"):
+            raise ValueError(f"query must be 'keywords' or 'instruction', got {query!r}")
+        self.max_pages, self.query = max_pages, query
 
     def reset(self):
         self.rejected: set[str] = set()
@@ -112,6 +116,9 @@ class ExpertAgent(Agent):
         instruction = instruction_of(observation)
         page = info["page"]
         if page == "search":
+            if self.query == "instruction":
+                self.reason = "search for the instruction"
+                return f"search[{instruction}]"
             self.reason = "search for the key words of the instruction"
             return f"search[{search_keywords(instruction) or instruction}]"
         if page == "results":

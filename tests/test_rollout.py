@@ -1,0 +1,313 @@
+"""Batched multi-turn rollouts with the REAL tiny Llama (ci sizes): structure, penalties, determinism, batching,
+JSONL files, and a model trained to replay one expert episode (the whole pipeline end to end)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from apo_helpers.apo.sft import expert_demonstrations, tokenize_demonstrations, tokenizer_corpus
+from apo_helpers.config import get_profile, seed_everything
+from apo_helpers.policy.models import build_tiny_model, stop_token_ids, train_tiny_tokenizer
+from apo_helpers.policy.prompts import encode_chat, episode_chats, parse_response
+from apo_helpers.policy.rollout import (GREEDY, Sampling, Trajectory, generate_replies, load_trajectories, rollout,
+                                        save_trajectories)
+from apo_helpers.policy.scoring import collate, token_logprobs
+from apo_helpers.webshop.catalog import default_catalog
+
+P = get_profile("ci")
+MAX_TURNS = 3
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """The CPU is shared: one thread is faster for a model this small anyway."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return default_catalog()
+
+
+@pytest.fixture(scope="module")
+def demos():
+    return expert_demonstrations(P, 20)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(catalog, demos):
+    return train_tiny_tokenizer(tokenizer_corpus(catalog, demos, P.policy.window), P.model.vocab_size)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    seed_everything(0)
+    return build_tiny_model(tokenizer, P.model).eval()
+
+
+@pytest.fixture(scope="module")
+def goals(catalog):
+    return catalog.split("test")[:6]
+
+
+@pytest.fixture(scope="module")
+def sampled(model, tokenizer, goals):
+    seed_everything(1)
+    return rollout(model, tokenizer, goals, Sampling(), P.policy, P.policy_env(), max_turns=MAX_TURNS)
+
+
+def _imitate(model, tokenizer, demo, max_steps: int = 150):
+    """Train ``model`` on ``demo``'s chats until teacher-forced greedy decoding reproduces every assistant token."""
+    tokenize_demonstrations([demo], tokenizer, P.policy.window)
+    ids, attn, mask = collate(demo.input_ids, demo.assistant_mask, tokenizer.pad_token_id)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for step in range(max_steps):
+        logp = token_logprobs(model, ids, attn)
+        loss = -(logp * mask[:, 1:]).sum() / mask[:, 1:].sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step % 10 == 9:
+            with torch.no_grad():
+                greedy = model(input_ids=ids, attention_mask=attn).logits[:, :-1].argmax(-1)
+            if bool(((greedy == ids[:, 1:]) | (mask[:, 1:] == 0)).all()) and loss.item() < 0.05:
+                break
+    return model.eval(), step + 1
+
+
+@pytest.fixture(scope="module")
+def scripted(model, tokenizer, demos):
+    """A copy of the tiny model trained on ONE short expert demonstration until it replays it."""
+    demo = copy.deepcopy(min(demos, key=lambda d: (len(d.turns), d.goal.index)))
+    seed_everything(0)
+    trained, steps = _imitate(copy.deepcopy(model), tokenizer, demo)
+    return trained, demo, steps
+
+
+# ---------------------------------------------------------------------------------------------- structure
+
+def test_sampled_rollout_structure(sampled, goals, tokenizer):
+    assert len(sampled) == len(goals)
+    assert [t.goal for t in sampled] == goals
+    for t in sampled:
+        assert 1 <= t.num_turns <= MAX_TURNS
+        assert len(t.sample_logprobs) == t.num_turns
+        for turn, lp in zip(t.turns, t.sample_logprobs):
+            assert 1 <= len(lp) <= P.policy.max_new_tokens
+            assert all(math.isfinite(x) and x <= 0 for x in lp)
+            assert turn.observation and turn.actions and turn.turns_left >= 1
+        assert t.generated_tokens == sum(len(lp) for lp in t.sample_logprobs)
+        # window=1: one chat per turn, each ending in that turn's reply
+        assert P.policy.window == 1
+        assert len(t.input_ids) == len(t.assistant_mask) == t.num_turns
+        for ids, mask, turn in zip(t.input_ids, t.assistant_mask, t.turns):
+            assert len(ids) == len(mask)
+            assert (sum(mask) > 0) == bool(turn.response)
+        chats = episode_chats(t.turns, P.policy.window)
+        assert [encode_chat(tokenizer, c) for c in chats] == list(zip(t.input_ids, t.assistant_mask))
+    assert sum(sum(m) for t in sampled for m in t.assistant_mask) > 0
+
+
+def test_turns_left_counts_down(sampled):
+    for t in sampled:
+        assert [u.turns_left for u in t.turns] == list(range(MAX_TURNS, MAX_TURNS - t.num_turns, -1))
+
+
+def test_untrained_replies_fail_to_parse(sampled):
+    turns = [u for t in sampled for u in t.turns]
+    failed = [u for u in turns if not u.format_ok]
+    assert len(failed) >= 0.8 * len(turns)
+    for u in failed:
+        assert parse_response(u.response)[2] is False
+        assert u.action == ""
+        assert u.valid is False
+        assert u.reward == P.policy.format_penalty == -0.1
+    for t in sampled:
+        assert t.reward == pytest.approx(sum(u.reward for u in t.turns))
+        assert not t.success and t.env_reward == 0.0
+        assert t.num_turns == MAX_TURNS                    # nothing bought: truncated after max_turns
+        assert t.invalid_actions == sum(not u.valid for u in t.turns)
+
+
+def test_replies_stop_at_answer(sampled):
+    for t in sampled:
+        for u, lp in zip(t.turns, t.sample_logprobs):
+            assert u.response.count("</answer>") <= 1
+            if "</answer>" in u.response:
+                assert u.response.endswith("</answer>")
+
+
+# ---------------------------------------------------------------------------------------------- determinism, batching
+
+def _summary(trajectories):
+    return [[(u.response, u.action, u.valid, u.reward) for u in t.turns] for t in trajectories]
+
+
+def test_greedy_rollout_is_deterministic(scripted, tokenizer, goals):
+    trained = scripted[0]
+    first = rollout(trained, tokenizer, goals, GREEDY, P.policy, P.policy_env(), max_turns=MAX_TURNS)
+    second = rollout(trained, tokenizer, goals, GREEDY, P.policy, P.policy_env(), max_turns=MAX_TURNS)
+    assert [dataclasses.asdict(t) for t in first] == [dataclasses.asdict(t) for t in second]
+    assert trained.training is False
+
+
+def test_rollout_restores_training_mode(model, tokenizer, goals):
+    model.train()
+    try:
+        rollout(model, tokenizer, goals[:1], GREEDY, P.policy, P.policy_env(), max_turns=1)
+        assert model.training
+    finally:
+        model.eval()
+
+
+def test_batched_equals_one_at_a_time(scripted, tokenizer, goals):
+    trained = scripted[0]
+    batched = rollout(trained, tokenizer, goals, GREEDY, dataclasses.replace(P.policy, batch_size=6), P.policy_env(),
+                      max_turns=MAX_TURNS)
+    single = rollout(trained, tokenizer, goals, GREEDY, dataclasses.replace(P.policy, batch_size=1), P.policy_env(),
+                     max_turns=MAX_TURNS)
+    assert [[u.action for u in t.turns] for t in batched] == [[u.action for u in t.turns] for t in single]
+    assert _summary(batched) == _summary(single)
+    # the trained model writes well-formed replies on unseen goals too, so this compares real actions
+    assert sum(u.format_ok for t in batched for u in t.turns) > 0
+    for b, s in zip(batched, single):
+        for lb, ls in zip(b.sample_logprobs, s.sample_logprobs):
+            assert len(lb) == len(ls)
+            assert lb == pytest.approx(ls, abs=1e-3)
+
+
+def test_batch_smaller_than_goals_plays_all(model, tokenizer, goals):
+    played = rollout(model, tokenizer, goals[:5], GREEDY, dataclasses.replace(P.policy, batch_size=2), P.policy_env(),
+                     max_turns=1)
+    assert [t.goal for t in played] == goals[:5]
+    assert all(t.num_turns == 1 and len(t.sample_logprobs) == 1 for t in played)
+
+
+def test_progress_is_updated_per_chunk(model, tokenizer, goals):
+    class Counter:
+        n = 0
+
+        def update(self, k):
+            self.n += k
+
+    counter = Counter()
+    rollout(model, tokenizer, goals[:3], GREEDY, dataclasses.replace(P.policy, batch_size=2), P.policy_env(),
+            max_turns=1, progress=counter)
+    assert counter.n == 3
+
+
+# ---------------------------------------------------------------------------------------------- files
+
+def test_jsonl_round_trip(sampled, tmp_path):
+    path = save_trajectories(sampled, tmp_path / "t.jsonl")
+    assert len(path.read_text().splitlines()) == len(sampled)
+    loaded = load_trajectories(path)
+    assert all(isinstance(t, Trajectory) for t in loaded)
+    assert [dataclasses.asdict(t) for t in loaded] == [dataclasses.asdict(t) for t in sampled]
+    assert [t.reward for t in loaded] == [t.reward for t in sampled]
+
+
+@pytest.mark.parametrize("bad", ["{not json", "[1, 2]", '"just a string"', "null", '{"goal": {}}'])
+def test_corrupt_jsonl_line_is_named(sampled, tmp_path, bad):
+    path = tmp_path / "t.jsonl"
+    lines = [t.to_json() for t in sampled[:3]]
+    lines.insert(2, bad)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match="line 3"):
+        load_trajectories(path)
+
+
+def test_blank_lines_are_skipped(sampled, tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n" + sampled[0].to_json() + "\n\n" + sampled[1].to_json() + "\n")
+    assert len(load_trajectories(path)) == 2
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+
+def test_scripted_model_replays_the_expert(scripted, tokenizer):
+    trained, demo, steps = scripted
+    assert steps < 150, "imitation did not converge"
+    (played,) = rollout(trained, tokenizer, [demo.goal], GREEDY, P.policy, P.policy_env())
+    assert [u.action for u in played.turns] == [u.action for u in demo.turns]
+    for got, want in zip(played.turns, demo.turns):
+        assert got.format_ok and got.valid
+        assert parse_response(got.response)[:2] == parse_response(want.response)[:2]
+        assert got.observation == want.observation
+    assert played.success == demo.success is True
+    assert played.reward == pytest.approx(demo.reward)
+    assert played.env_reward == pytest.approx(demo.env_reward)
+    assert played.breakdown == demo.breakdown
+    # the replies stopped on </answer>: no token after it was generated
+    stop = tokenizer.convert_tokens_to_ids("</answer>")
+    for u, lp in zip(played.turns, played.sample_logprobs):
+        assert u.response.endswith("</answer>")
+        assert len(lp) == len(tokenizer.encode(u.response, add_special_tokens=False))
+        assert tokenizer.encode(u.response, add_special_tokens=False)[-1] == stop
+        assert all(x > -1.0 for x in lp)                   # the trained model is confident of every token
+
+
+# ---------------------------------------------------------------------------------------------- stop strings
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_stop_string_replies_do_not_count_padding():
+    """With a tokenizer where </answer> is several tokens, generation stops on the text; a reply that stops before
+    the others in its batch is then padded, and those pads are not tokens of the reply (nor log-probs of it)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    replies = ["<think> x </think> <answer> click[buy now] </answer>",
+               "<think> a longer reason to think about </think> <answer> search[yoga mat for the gym] </answer>"]
+    corpus = replies * 20 + ["a", "b", "assistant", "user"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   additional_special_tokens=["<|im_start|>"])
+    fast.chat_template = CHATML
+    fast.padding_side = "left"
+    assert stop_token_ids(fast) == [fast.eos_token_id]        # </answer> is not one token: stop on the text
+
+    chats = [[{"role": "user", "content": "a"}, {"role": "assistant", "content": replies[0]}],
+             [{"role": "user", "content": "b"}, {"role": "assistant", "content": replies[1]}]]
+    encoded = [encode_chat(fast, c) for c in chats]
+    ids, attn, mask = collate([e[0] for e in encoded], [e[1] for e in encoded], fast.pad_token_id)
+    seed_everything(0)
+    model = build_tiny_model(fast, P.model)
+    _, steps = _imitate_batch(model, ids, attn, mask)
+    config = dataclasses.replace(P.policy, max_new_tokens=64)
+    texts, logprobs = generate_replies(model, fast, [c[:1] for c in chats], GREEDY, config)
+    assert texts == replies
+    for reply, lp in zip(replies, logprobs):
+        assert len(lp) == len(fast.encode(reply, add_special_tokens=False))
+        assert all(x > -1.0 for x in lp)
+
+
+def _imitate_batch(model, ids, attn, mask, max_steps: int = 300):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for step in range(max_steps):
+        logp = token_logprobs(model, ids, attn)
+        loss = -(logp * mask[:, 1:]).sum() / mask[:, 1:].sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if loss.item() < 0.02:
+            break
+    return model.eval(), step + 1
+

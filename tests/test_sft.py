@@ -1,0 +1,162 @@
+"""Imitation warm start: expert demonstrations, the learning-rate schedule, train_reference at ci sizes, and the
+policy evaluations (evaluate_policy, pass_at_k) on a few goals."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from apo_helpers.analysis.evaluate import Evaluation, evaluate_policy, pass_at_k, policy_goals
+from apo_helpers.apo.sft import (expert_demonstration, expert_demonstrations, lr_at, tokenize_demonstrations,
+                                 train_reference)
+from apo_helpers.config import get_profile
+from apo_helpers.policy.models import load_policy
+from apo_helpers.policy.prompts import format_response, parse_response, prompt_actions
+from apo_helpers.webshop.agents import ExpertAgent
+from apo_helpers.webshop.catalog import default_catalog
+from apo_helpers.webshop.env import WebShopEnv
+
+P = get_profile("ci")
+SUMMARY_KEYS = {"success_rate", "success_ci95", "mean_score", "mean_steps", "invalid_rate", "episodes"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """The CPU is shared: one thread is faster for a model this small anyway."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------------------------------------- demonstrations
+
+def test_expert_demonstration_replies():
+    catalog = default_catalog()
+    env = WebShopEnv(split="train", catalog=catalog, config=P.policy_env())
+    goal = catalog.split("train")[5]
+    demo = expert_demonstration(env, ExpertAgent(), goal)
+    assert demo.goal == goal
+    assert demo.success and demo.reward == demo.env_reward == 1.0
+    assert demo.breakdown is not None
+    assert demo.turns[0].action.startswith("search[") and demo.turns[-1].action == "click[buy now]"
+    for turn in demo.turns:
+        assert turn.response == format_response(turn.think, turn.action)
+        assert parse_response(turn.response) == (turn.think, turn.action, True)
+        assert turn.format_ok and turn.valid
+        assert turn.think
+        assert turn.actions == prompt_actions(turn.actions)          # already as listed to the model
+    assert [t.reward for t in demo.turns[:-1]] == [0.0] * (len(demo.turns) - 1)
+    assert demo.turns[-1].reward == demo.reward
+    assert [t.turns_left for t in demo.turns] == list(range(P.env.max_turns, P.env.max_turns - len(demo.turns), -1))
+    assert demo.input_ids == [] and demo.sample_logprobs == []
+
+
+def test_expert_demonstrations_deterministic_and_successful():
+    first = expert_demonstrations(P, 12)
+    second = expert_demonstrations(P, 12)
+    assert [dataclasses.asdict(d) for d in first] == [dataclasses.asdict(d) for d in second]
+    assert 0 < len(first) <= 12
+    assert all(d.success and d.reward == 1.0 for d in first)
+    assert all(d.goal.split == "train" for d in first)
+    assert len({d.goal.index for d in first}) == len(first)
+    other = expert_demonstrations(P, 12, seed=1)
+    assert [d.goal.index for d in other] != [d.goal.index for d in first]
+    # a longer list starts with the same goals (one shuffle, then the first `count`)
+    longer = expert_demonstrations(P, 20)
+    assert [d.goal.index for d in longer[: len(first)]] == [d.goal.index for d in first]
+
+
+# ---------------------------------------------------------------------------------------------- schedule
+
+def test_lr_warmup_then_cosine_decay():
+    total, peak, warmup = 100, 2e-3, 10
+    lrs = [lr_at(s, total, peak, warmup) for s in range(total)]
+    assert lrs[:warmup] == pytest.approx([peak * (s + 1) / warmup for s in range(warmup)])
+    assert lrs[warmup - 1] == pytest.approx(peak)
+    assert lrs[warmup] == pytest.approx(peak)
+    assert all(a <= b for a, b in zip(lrs[:warmup], lrs[1:warmup + 1]))          # warm-up rises
+    assert all(a >= b for a, b in zip(lrs[warmup:], lrs[warmup + 1:]))           # then decays
+    assert min(lrs) >= 0.1 * peak and max(lrs) <= peak * (1 + 1e-12)
+    assert lr_at(total, total, peak, warmup) == pytest.approx(0.1 * peak)       # decays to 10% of the peak
+    midpoint = warmup + (total - warmup) // 2
+    assert lr_at(midpoint, total, peak, warmup) == pytest.approx(peak * (0.1 + 0.45))
+    assert lr_at(0, 1, peak, 1) == pytest.approx(peak)
+
+
+# ---------------------------------------------------------------------------------------------- train_reference
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sft") / "ref"
+    return train_reference(P, out_dir=out, progress=False), out
+
+
+def test_train_reference_history(reference):
+    ref, _ = reference
+    cfg = P.reference
+    history = ref.history
+    assert list(history.columns) == ["step", "phase", "loss", "lr", "seconds"]
+    assert len(history) == cfg.pretrain_steps + cfg.sft_steps
+    assert history["step"].tolist() == list(range(len(history)))
+    assert history["phase"].tolist() == ["pretrain"] * cfg.pretrain_steps + ["sft"] * cfg.sft_steps
+    assert history["loss"].map(math.isfinite).all()
+    assert (history["loss"] > 0).all()
+    sft = history[history.phase == "sft"]["loss"].tolist()
+    assert sft[-1] < sft[0]
+    pretrain = history[history.phase == "pretrain"]["loss"].tolist()
+    assert pretrain[-1] < pretrain[0]
+    assert history["seconds"].is_monotonic_increasing
+    assert ref.seconds >= history["seconds"].iloc[-1]
+
+
+def test_train_reference_demonstrations(reference):
+    ref, _ = reference
+    assert 0 < len(ref.demonstrations) <= P.reference.demonstrations
+    for d in ref.demonstrations:
+        assert d.success
+        assert len(d.input_ids) == len(d.assistant_mask) == len(d.turns)           # window=1: a chat per turn
+        assert all(len(i) == len(m) and sum(m) > 0 for i, m in zip(d.input_ids, d.assistant_mask))
+
+
+def test_train_reference_folder_reloads(reference):
+    ref, out = reference
+    names = {p.name for p in out.iterdir()}
+    assert {"model.safetensors", "history.csv", "config.json"} <= names
+    assert not [n for n in names if n.endswith((".bin", ".pt", ".pkl"))]
+    model, tokenizer = load_policy(out)
+    demo = ref.demonstrations[0]
+    ids = torch.tensor([demo.input_ids[0]])
+    with torch.no_grad():
+        assert torch.equal(model.eval()(input_ids=ids).logits, ref.model.eval()(input_ids=ids).logits)
+    # the saved tokenizer encodes the demonstrations as the trained one did
+    copy = dataclasses.replace(demo, input_ids=[], assistant_mask=[])
+    tokenize_demonstrations([copy], tokenizer, P.policy.window)
+    assert copy.input_ids == demo.input_ids and copy.assistant_mask == demo.assistant_mask
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+
+def test_evaluate_policy_keys(reference):
+    ref, _ = reference
+    evaluation, trajectories = evaluate_policy(ref.model, ref.tokenizer, "test", 4, profile=P, progress=False)
+    assert isinstance(evaluation, Evaluation)
+    summary = evaluation.summary()
+    assert set(summary) == SUMMARY_KEYS
+    assert summary["episodes"] == 4 and len(trajectories) == 4
+    assert 0.0 <= summary["success_rate"] <= 1.0 and 0.0 <= summary["invalid_rate"] <= 1.0
+    assert [t.goal for t in trajectories] == policy_goals("test", 4)
+    assert [e.goal_index for e in evaluation.episodes] == [g.index for g in policy_goals("test", 4)]
+    assert [e.steps for e in evaluation.episodes] == [t.num_turns for t in trajectories]
+    assert evaluation.table().shape[0] == 4
+
+
+def test_pass_at_k_keys(reference):
+    ref, _ = reference
+    result = pass_at_k(ref.model, ref.tokenizer, "test", goals=4, k=2, profile=P, progress=False)
+    assert set(result) == {"split", "k", "goals", "pass_at_k", "sample_success"}
+    assert (result["split"], result["k"], result["goals"]) == ("test", 2, 4)
+    assert 0.0 <= result["sample_success"] <= result["pass_at_k"] <= 1.0   # a solved goal counts at least 1/k samples
