@@ -79,3 +79,14 @@ def goto(env, option_product):
         return env
 
     return _goto
+
+
+@pytest.fixture(scope="module")
+def torch_one_thread():
+    """Run a module's tiny-model tests on one thread (faster for models this small, and kind to a shared CPU)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

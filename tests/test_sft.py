@@ -23,13 +23,7 @@ P = get_profile("ci")
 SUMMARY_KEYS = {"success_rate", "success_ci95", "mean_score", "mean_steps", "invalid_rate", "episodes"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """The CPU is shared: one thread is faster for a model this small anyway."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 # ---------------------------------------------------------------------------------------------- demonstrations

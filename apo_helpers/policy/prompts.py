@@ -23,6 +23,7 @@ SYSTEM_PROMPT = (
 )
 FORMAT_REMINDER = "Always output: <think> ... </think> <answer> ... </answer>"
 _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+_BRACKET_SPACE = re.compile(r"\[\s+")  # "click[ item 2]" (how the tiny tokenizer writes it) -> "click[item 2]"
 _RESPONSE = re.compile(r"\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*", re.S)
 
 
@@ -47,11 +48,13 @@ class Turn:
 
 
 def parse_response(text: str) -> tuple[str, str, bool]:
-    """``(think, action, ok)`` from ``<think>...</think> <answer>...</answer>``; ok is False for anything else."""
+    """``(think, action, ok)`` from ``<think>...</think> <answer>...</answer>``; ok is False for anything else.
+
+    Whitespace just after ``[`` is dropped from the action: the tiny tokenizer writes ``search[ query]``."""
     match = _RESPONSE.fullmatch(text or "")
     if match is None:
         return "", "", False
-    think, action = match.group(1).strip(), match.group(2).strip()
+    think, action = match.group(1).strip(), _BRACKET_SPACE.sub("[", match.group(2).strip())
     if any(tag in think or tag in action for tag in _TAGS):  # nested or repeated tags: not one think + one answer
         return "", "", False
     return think, action, bool(action)
