@@ -62,20 +62,13 @@ def _imitate(model, tokenizer, demo, max_steps: int = 150):
     """Train ``model`` on ``demo``'s chats until teacher-forced greedy decoding reproduces every assistant token."""
     tokenize_demonstrations([demo], tokenizer, P.policy.window)
     ids, attn, mask = collate(demo.input_ids, demo.assistant_mask, tokenizer.pad_token_id)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    for step in range(max_steps):
-        logp = token_logprobs(model, ids, attn)
-        loss = -(logp * mask[:, 1:]).sum() / mask[:, 1:].sum()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if step % 10 == 9:
-            with torch.no_grad():
-                greedy = model(input_ids=ids, attention_mask=attn).logits[:, :-1].argmax(-1)
-            if bool(((greedy == ids[:, 1:]) | (mask[:, 1:] == 0)).all()) and loss.item() < 0.05:
-                break
-    return model.eval(), step + 1
+
+    def reproduced(loss):
+        with torch.no_grad():
+            greedy = model(input_ids=ids, attention_mask=attn).logits[:, :-1].argmax(-1)
+        return bool(((greedy == ids[:, 1:]) | (mask[:, 1:] == 0)).all()) and loss < 0.05
+
+    return _fit(model, ids, attn, mask, max_steps, reproduced, check_every=10)
 
 
 @pytest.fixture(scope="module")
@@ -296,6 +289,11 @@ def test_stop_string_replies_do_not_count_padding():
 
 
 def _imitate_batch(model, ids, attn, mask, max_steps: int = 300):
+    return _fit(model, ids, attn, mask, max_steps, lambda loss: loss < 0.02, check_every=1)
+
+
+def _fit(model, ids, attn, mask, max_steps, done, check_every):
+    """Masked cross-entropy steps until ``done(loss)`` (checked every ``check_every`` steps)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
     for step in range(max_steps):
@@ -304,7 +302,7 @@ def _imitate_batch(model, ids, attn, mask, max_steps: int = 300):
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        if loss.item() < 0.02:
+        if step % check_every == check_every - 1 and done(loss.item()):
             break
     return model.eval(), step + 1
 
