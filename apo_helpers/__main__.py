@@ -1,4 +1,5 @@
-"""Command line: ``python -m apo_helpers {play,evaluate,train-ref,sweep-ref,bench,data,report,readme} ...`` (see ``--help`` of each)."""
+"""Command line: ``python -m apo_helpers {play,evaluate,train-ref,sweep-ref,vstar,train,bench,data,report,readme} ...``
+(see ``--help`` of each)."""
 
 from __future__ import annotations
 
@@ -116,9 +117,83 @@ def cmd_sweep_ref(args) -> int:
     return 0
 
 
+def _reference_arg(args, profile):
+    from .apo.sft import reference_dir
+
+    ref = Path(args.ref) if args.ref else reference_dir(profile)
+    if not (ref / "model.safetensors").exists():
+        raise ValueError(f"no pi_ref at {ref}: train it with `python -m apo_helpers train-ref --profile {profile.name}`")
+    return ref
+
+
+def cmd_vstar(args) -> int:
+    """A*PO stage 1: V* of the profile's train goals from N samples of the frozen pi_ref (cached)."""
+    from .apo.vstar import stage1
+    from .policy.models import load_policy
+
+    profile = get_profile(args.profile)
+    ref_model, tokenizer = load_policy(_reference_arg(args, profile), device())
+    result = stage1(ref_model, tokenizer, profile, args.out, progress=not args.json)
+    table = result.table
+    summary = {"key": result.key, "folder": str(Path(args.out) / result.key), "loaded_from_cache": result.loaded,
+               "goals": len(table), "dropped_unsolved": result.dropped, "N": profile.apo.vstar_samples,
+               "beta1": profile.apo.beta1, "mean_vstar": round(float(table["vstar"].mean()), 4),
+               "mean_reward": round(float(table["mean"].mean()), 4),
+               "sample_success": round(float(table["successes"].sum() / (len(table) * profile.apo.vstar_samples)), 4),
+               "goals_never_solved": int((table["successes"] == 0).sum())}
+    print(json.dumps(summary) if args.json else json.dumps(summary, indent=1))
+    return 0
+
+
+def cmd_train(args) -> int:
+    """RAGEN's loop with an objective (A*PO by default), one run per seed, then greedy test results."""
+    import pandas as pd
+
+    from .analysis.evaluate import evaluate_policy
+    from .apo.trainer import train_run
+    from .policy.models import load_policy
+
+    profile = get_profile(args.profile)
+    ref = _reference_arg(args, profile)
+    out = Path(args.out or f"runs/{args.objective}_{profile.name}")
+    rows = []
+    for seed in args.seeds:
+        metrics = train_run(profile, ref, args.vstar, out / f"seed_{seed}", seed, args.objective, args.iterations,
+                            resume=args.resume, progress=not args.json)
+        rows.append(metrics)
+        print(json.dumps(metrics), flush=True)
+    seed_everything(profile.seed)
+    ref_model, tokenizer = load_policy(ref, device())
+    ref_result, _ = evaluate_policy(ref_model, tokenizer, "test", profile.apo.test_episodes, profile, name="pi_ref",
+                                    progress=False)
+    s = ref_result.summary()
+    rows.append({"objective": "pi_ref", "seed": None, "profile": profile.name, "iterations": 0,
+                 "test_success": s["success_rate"], "test_score": s["mean_score"], "test_steps": s["mean_steps"],
+                 "test_invalid_rate": s["invalid_rate"]})
+    table = pd.DataFrame(rows)
+    atomic_write_text(out / "results.csv", table.to_csv(index=False))
+    curves = pd.concat([pd.read_csv(out / f"seed_{seed}" / "history.csv").assign(seed=seed) for seed in args.seeds])
+    evals = pd.concat([pd.read_csv(out / f"seed_{seed}" / "evals.csv").assign(seed=seed) for seed in args.seeds])
+    if args.save:
+        stem = f"{args.objective}_{profile.name}"
+        atomic_write_text(RESULTS_DIR / f"{stem}_seeds.csv", table.to_csv(index=False))
+        atomic_write_text(RESULTS_DIR / f"{stem}_history.csv", curves.to_csv(index=False))
+        atomic_write_text(RESULTS_DIR / f"{stem}_evals.csv", evals.to_csv(index=False))
+    trained = table[table["objective"] != "pi_ref"]
+    print(f"{args.objective}: test success {trained['test_success'].mean():.3f} +- {trained['test_success'].std(ddof=0):.3f} "
+          f"over {len(trained)} seeds; pi_ref {s['success_rate']:.3f}; results in {out / 'results.csv'}")
+    return 0
+
+
 def cmd_bench(args) -> int:
     from . import bench
 
+    if args.what == "train":
+        result = bench.bench_train(args.ref, args.batch, args.repeats)
+        if args.save:
+            atomic_write_text(RESULTS_DIR / "bench_train.json", json.dumps(result, indent=1) + "\n")
+        print(json.dumps(result) if args.json else json.dumps(result, indent=1))
+        return 0
     if args.what == "rollout":
         result = bench.bench_rollout(args.batch, args.ref)
         if args.save:
@@ -217,10 +292,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep_ref)
 
+    p = sub.add_parser("vstar", help="A*PO stage 1: V* of the train goals from pi_ref samples (cached)")
+    p.add_argument("--ref", default=None, help="pi_ref folder (default: runs/pi_ref_<profile>)")
+    p.add_argument("--profile", default=None, help="ci | class | gpu (default: $APO_PROFILE or class)")
+    p.add_argument("--out", default="runs/vstar", help="cache folder; the table goes to <out>/<key>/")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_vstar)
+
+    p = sub.add_parser("train", help="RAGEN's loop with A*PO (or another objective), one run per seed")
+    p.add_argument("--objective", default="apo", help="objective name (apo)")
+    p.add_argument("--ref", default=None, help="pi_ref folder (default: runs/pi_ref_<profile>)")
+    p.add_argument("--vstar", default="runs/vstar", help="stage-1 cache folder (computed there when missing)")
+    p.add_argument("--profile", default=None)
+    p.add_argument("--out", default=None, help="run folder (default: runs/<objective>_<profile>); one seed_<k>/ each")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--iterations", type=int, default=None, help="override the profile's iterations")
+    p.add_argument("--resume", action="store_true", help="continue each seed from its latest checkpoint")
+    p.add_argument("--save", action="store_true", help="also write data/results/<objective>_<profile>_*.csv")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_train)
+
     p = sub.add_parser("bench", help="benchmarks (medians over repeats)")
-    p.add_argument("what", choices=["env", "rollout"])
-    p.add_argument("--batch", type=int, default=32, help="rollout: episodes in lockstep")
-    p.add_argument("--ref", default=None, help="rollout: a saved policy folder (default: an untrained tiny model)")
+    p.add_argument("what", choices=["env", "rollout", "train"])
+    p.add_argument("--batch", type=int, default=32, help="rollout / train: episodes in lockstep (goals per iteration)")
+    p.add_argument("--ref", default=None, help="rollout / train: a saved policy folder (rollout default: an untrained "
+                   "tiny model; train default: runs/pi_ref_<profile>)")
+    p.add_argument("--repeats", type=int, default=5, help="train: iterations timed")
     p.add_argument("--products", type=int, nargs="+", default=[1000], help="catalog sizes, e.g. 1000 10000 100000")
     p.add_argument("--steps", type=int, default=20000, help="random-agent steps per size")
     p.add_argument("--json", action="store_true")

@@ -137,6 +137,50 @@ class ReferenceConfig:
 
 
 @dataclass(frozen=True)
+class APOConfig:
+    """A*PO: stage 1 (V* from pi_ref samples, notebook 03) and stage 2 inside RAGEN's loop (notebook 04)."""
+
+    vstar_goals: int = 256
+    """Train goals that get a V* (a seeded sample of the train split); RL draws its goals from them."""
+    vstar_samples: int = 8
+    """N: pi_ref samples per goal in stage 1 (paper: 8)."""
+    beta1: float = 0.5
+    """Temperature of V*'s soft maximum: large gives the mean reward, small the max (paper: 0.5)."""
+    vstar_temperature: float = 1.0
+    """Sampling temperature of pi_ref in stage 1 (paper: 1.0)."""
+    drop_unsolved: bool = False
+    """Drop goals whose N samples all scored 0 or less (nothing to learn from on them)."""
+    iterations: int = 150
+    """RAGEN outer-loop iterations: one batched rollout, then one optimizer step."""
+    batch_goals: int = 32
+    """Goals per iteration, one rollout each (A*PO needs one sample per prompt)."""
+    temperature: float = 1.0
+    """Sampling temperature of the rollouts; log-probs are always those of the untempered policy."""
+    beta2: float = 0.1
+    """Weight of log(pi / pi_ref) in the regression (paper: 1e-3 for ~1k-token math answers)."""
+    lr: float = 2e-4
+    """AdamW learning rate (constant after a short warm-up)."""
+    warmup: int = 5
+    """Iterations of linear learning-rate warm-up."""
+    grad_clip: float = 1.0
+    """Gradient-norm clipping (paper: 1.0)."""
+    entropy_coef: float = 0.0
+    """Optional entropy bonus on the trained tokens."""
+    logprob_tokens: str = "all"
+    """Tokens whose log-probs make log pi(y|x): ``all`` assistant tokens (the paper) or ``answer`` (the action only)."""
+    eval_every: int = 25
+    """Greedy evaluation on val every k iterations (and at the end)."""
+    eval_episodes: int = 100
+    """Val goals in those evaluations."""
+    test_episodes: int = 200
+    """Test goals in the final evaluation of ``train``."""
+    checkpoint_every: int = 25
+    """Save weights, optimizer and RNG states every k iterations (resume continues exactly)."""
+    micro_batch: int = 48
+    """Chats scored per forward pass (bounds memory; sorted by length to cut padding)."""
+
+
+@dataclass(frozen=True)
 class Profile:
     """All settings of one profile; ``get_profile()`` returns the active one."""
 
@@ -156,6 +200,8 @@ class Profile:
     """Prompting, generation and rendering for the policy."""
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
     """Imitation warm start."""
+    apo: APOConfig = field(default_factory=APOConfig)
+    """A*PO stage 1 and stage 2."""
 
     def policy_env(self) -> EnvConfig:
         """The environment as the policy sees it: the same rules, the policy's rendering."""
@@ -168,7 +214,9 @@ PROFILES: dict[str, Profile] = {
                   model=ModelConfig(vocab_size=1024, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2),
                   policy=PolicyConfig(max_new_tokens=32),
                   reference=ReferenceConfig(demonstrations=60, pretrain_steps=10, sft_steps=20, batch_size=8, live_steps=5,
-                                            eval_episodes=16, pass_k=2, pass_k_goals=4)),
+                                            eval_episodes=16, pass_k=2, pass_k_goals=4),
+                  apo=APOConfig(vstar_goals=8, vstar_samples=2, iterations=3, batch_goals=4, eval_every=2,
+                                eval_episodes=4, test_episodes=8, checkpoint_every=2, micro_batch=16)),
     "class": Profile(name="class"),
     "gpu": Profile(name="gpu"),
 }

@@ -1,14 +1,33 @@
-"""A*PO stage 1: the optimal value V*(x) of an instruction from samples of pi_ref (notebooks 00 and 03).
+"""A*PO stage 1: the optimal value V*(x) of each train instruction from samples of pi_ref (notebooks 00 and 03).
 
     V*(x) = beta1 * log( (1/N) * sum_i exp(r(x, y_i) / beta1) )
 
 a soft maximum of the N sampled rewards: beta1 -> 0 gives the max, large beta1 the mean. Computed with the
 log-sum-exp trick so small beta1 does not overflow.
+
+``stage1`` samples N episodes of the frozen pi_ref per goal (one batched rollout over all of them), and caches the
+table on disk under a key made of pi_ref's weights hash, N, beta1, the temperature and the goals: a second call with
+the same key loads instead of sampling.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from ..config import APOConfig, Profile, seed_everything
+from ..files import atomic_write_text
+from ..policy.rollout import Sampling, rollout
+from ..webshop.catalog import Catalog, DataFileError, Goal, default_catalog
+
+VSTAR_COLUMNS = ["split", "goal_index", "rewards", "vstar", "mean", "max", "successes"]
 
 
 def optimal_value(rewards, beta1: float = 0.5) -> float:
@@ -21,3 +40,131 @@ def optimal_value(rewards, beta1: float = 0.5) -> float:
     z = r / beta1
     top = z.max()
     return float(beta1 * (top + np.log(np.mean(np.exp(z - top)))))
+
+
+def weights_hash(model) -> str:
+    """SHA-256 of a model's parameters and buffers (names, shapes, values): the identity of pi_ref in cache keys."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def stage1_goals(profile: Profile, seed: int = 0, catalog: Catalog | None = None) -> list[Goal]:
+    """The ``apo.vstar_goals`` train goals of stage 1: the train goals the demonstrations did NOT use.
+
+    ``expert_demonstrations`` takes the first goals of the train split shuffled with the seed; stage 1 takes the
+    next ones. pi_ref has memorised its demonstration goals (measured: 58% sampled success on them, 17% on val), so
+    RL on them would teach it little that carries over to goals it has never seen."""
+    goals = list((catalog or default_catalog()).split("train"))
+    random.Random(seed).shuffle(goals)
+    skip = profile.reference.demonstrations
+    if skip + profile.apo.vstar_goals > len(goals):
+        raise ValueError(f"the train split has {len(goals)} goals: too few for {skip} demonstrations and "
+                         f"{profile.apo.vstar_goals} stage-1 goals")
+    return goals[skip: skip + profile.apo.vstar_goals]
+
+
+def cache_key(ref_hash: str, goals: list[Goal], config: APOConfig, seed: int) -> str:
+    """What the V* table depends on: pi_ref's weights, the goals, N, beta1, the temperature and the seed."""
+    spec = {"ref": ref_hash, "goals": [[g.split, g.index] for g in goals], "N": config.vstar_samples,
+            "beta1": config.beta1, "temperature": config.vstar_temperature, "seed": seed}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class VStarTable:
+    """Stage 1's result: one row per goal (split, goal_index, rewards, vstar, mean, max, successes)."""
+
+    table: pd.DataFrame
+    key: str
+    dropped: int = 0
+    """Goals removed by ``drop_unsolved``."""
+    loaded: bool = False
+    """True when the table came from the cache."""
+
+    def goals(self, catalog: Catalog | None = None) -> list[Goal]:
+        catalog = catalog or default_catalog()
+        return [catalog.split(s)[i] for s, i in zip(self.table["split"], self.table["goal_index"])]
+
+    def value(self, goal: Goal) -> float:
+        return float(self._lookup[(goal.split, goal.index)])
+
+    @property
+    def _lookup(self) -> dict:
+        return {(s, int(i)): v for s, i, v in zip(self.table["split"], self.table["goal_index"], self.table["vstar"])}
+
+
+def vstar_table(goals: list[Goal], rewards: list[list[float]], beta1: float) -> pd.DataFrame:
+    """The per-goal table from the sampled rewards."""
+    return pd.DataFrame([{"split": g.split, "goal_index": g.index, "rewards": [round(float(x), 6) for x in r],
+                          "vstar": optimal_value(r, beta1), "mean": float(np.mean(r)), "max": float(np.max(r)),
+                          "successes": int(sum(x >= 1.0 for x in r))} for g, r in zip(goals, rewards)])
+
+
+def sample_rewards(model, tokenizer, goals: list[Goal], samples: int, profile: Profile, temperature: float = 1.0,
+                   progress: bool = True) -> tuple[list[list[float]], list]:
+    """``samples`` episodes of ``model`` per goal (one batched rollout over all) -> per-goal rewards, trajectories."""
+    repeated = [g for g in goals for _ in range(samples)]
+    bar = tqdm(total=len(repeated), desc=f"stage 1: {samples} samples x {len(goals)} goals", disable=not progress)
+    trajectories = rollout(model, tokenizer, repeated, Sampling(temperature=temperature), profile.policy,
+                           profile.policy_env(), progress=bar)
+    bar.close()
+    rewards = [[t.reward for t in trajectories[i * samples:(i + 1) * samples]] for i in range(len(goals))]
+    return rewards, trajectories
+
+
+def save_vstar(result: VStarTable, directory, meta: dict) -> Path:
+    """``vstar.csv`` (rewards as JSON lists) and ``meta.json`` under ``directory``, each written atomically."""
+    directory = Path(directory)
+    table = result.table.assign(rewards=result.table["rewards"].map(json.dumps))
+    atomic_write_text(directory / "vstar.csv", table.to_csv(index=False))
+    atomic_write_text(directory / "meta.json", json.dumps({"key": result.key, "dropped": result.dropped, **meta},
+                                                          indent=1) + "\n")
+    return directory
+
+
+def load_vstar(directory) -> VStarTable:
+    """Read a table written by ``save_vstar``; a malformed file is reported with what is wrong."""
+    directory = Path(directory)
+    path = directory / "vstar.csv"
+    try:
+        meta = json.loads((directory / "meta.json").read_text())
+        table = pd.read_csv(path)
+        missing = [c for c in VSTAR_COLUMNS if c not in table.columns]
+        if missing:
+            raise DataFileError(f"{path}: missing columns {missing}")
+        table["rewards"] = table["rewards"].map(json.loads)
+    except (OSError, ValueError) as e:  # JSONDecodeError and pandas' parser errors are ValueErrors
+        raise DataFileError(f"{directory}: not a V* table ({e})") from None
+    if table["vstar"].isna().any():
+        raise DataFileError(f"{path}: empty V* values")
+    return VStarTable(table, meta["key"], meta.get("dropped", 0), loaded=True)
+
+
+def stage1(model, tokenizer, profile: Profile, cache_dir=None, goals: list[Goal] | None = None, seed: int | None = None,
+           progress: bool = True) -> VStarTable:
+    """V* for the profile's stage-1 goals from N samples of the frozen pi_ref, cached under ``cache_dir/<key>``."""
+    config = profile.apo
+    seed = profile.seed if seed is None else seed
+    goals = goals if goals is not None else stage1_goals(profile, seed)
+    key = cache_key(weights_hash(model), goals, config, seed)
+    folder = Path(cache_dir) / key if cache_dir is not None else None
+    if folder is not None and (folder / "vstar.csv").exists():
+        return load_vstar(folder)
+    seed_everything(seed)
+    rewards, _ = sample_rewards(model, tokenizer, goals, config.vstar_samples, profile, config.vstar_temperature,
+                                progress)
+    table = vstar_table(goals, rewards, config.beta1)
+    dropped = 0
+    if config.drop_unsolved:
+        keep = table["max"] > 0
+        dropped = int((~keep).sum())
+        table = table[keep].reset_index(drop=True)
+    result = VStarTable(table, key, dropped)
+    if folder is not None:
+        save_vstar(result, folder, {"N": config.vstar_samples, "beta1": config.beta1, "goals": len(goals),
+                                    "temperature": config.vstar_temperature, "seed": seed, "profile": profile.name})
+    return result

@@ -105,12 +105,15 @@ class ChatTemplateError(ValueError):
     """The tokenizer's chat template does not render messages in a way the assistant mask can be found."""
 
 
-def encode_chat(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]]:
+def encode_chat(tokenizer, messages: list[dict], part: str = "all") -> tuple[list[int], list[int]]:
     """Token ids of ``messages`` rendered with the tokenizer's chat template, and the assistant mask.
 
     Works for any fast tokenizer whose template renders a chat as a growing prefix: the characters of each assistant
-    message's content are located in the rendered text and every token lying inside them gets mask 1.
+    message's content are located in the rendered text and every token lying inside them gets mask 1. With
+    ``part="answer"`` only the tokens from ``<answer>`` to the end of each reply get 1 (the action, not the think).
     """
+    if part not in ("all", "answer"):
+        raise ValueError(f"part must be 'all' or 'answer', got {part!r}")
     text = tokenizer.apply_chat_template(messages, tokenize=False)
     spans = []
     for i, message in enumerate(messages):
@@ -123,7 +126,11 @@ def encode_chat(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]]:
         at = upto.find(message["content"], len(head))
         if at < 0:
             raise ChatTemplateError(f"assistant message {i} is not rendered verbatim by the chat template")
-        spans.append((at, at + len(message["content"])))
+        end = at + len(message["content"])
+        if part == "answer":
+            answer = message["content"].rfind("<answer>")
+            at = at + answer if answer >= 0 else end  # a reply without an answer trains no token
+        spans.append((at, end))
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     mask = [int(any(lo <= a and b <= hi for lo, hi in spans) and b > a) for a, b in encoded["offset_mapping"]]
     return list(encoded["input_ids"]), mask

@@ -1,0 +1,364 @@
+"""A failure taxonomy of WebShop episodes (introduced in notebook 06_failure_analysis).
+
+A success rate says how often an agent fails; the taxonomy says *how*, and that decides what to fix: a policy that
+cannot write RAGEN's format needs more imitation, one that loops needs a penalty or a longer context, one that buys
+without picking the options has not learned the item page.
+
+Every episode gets exactly one label. Successes are ``success``; a failure gets the first class of
+``FAILURE_CLASSES`` (in that order) whose rule holds, and ``other`` when none does, so the taxonomy is total:
+
+===================  ==================================================================================================
+class                rule (first match wins)
+===================  ==================================================================================================
+invalid_format       nothing bought; more than half of the replies did not parse (language models only)
+invalid_actions      nothing bought; more than half of the actions were rejected by the environment
+search_loop          nothing bought; the same action on the same page twice or more (a cycle; RAGEN's "echo trap",
+                     one action over and over, is its extreme), or 3 or more searches (back-to-search dithering)
+out_of_turns         nothing bought, none of the above: browsed until the turns ran out
+wrong_type           bought a product of another type (``r_type < 1``)
+over_budget          right type, price above the budget (``price_ok`` False)
+missing_attributes   right type, within budget, a goal attribute missing (``attributes_missing``)
+wrong_options        right type, within budget, every attribute, a goal option value not selected (``options_missing``)
+other                anything else (a purchase without a breakdown, or a breakdown that adds up to a success)
+===================  ==================================================================================================
+
+Why this order: the episode-level classes come first because without a purchase there is no breakdown to read. Among
+them the most basic problem wins: a reply that does not parse is also an invalid action, and an agent that keeps
+repeating a rejected action is not acting at all before it is looping. Among purchases, the classes follow the order in which the mistake becomes visible to the agent. The type and the price
+stand on the results page (title, ``$price``), the attributes need the title or the detail pages, and the options
+exist only on the item page and need clicks of their own. So a product of the right type that is over budget *and*
+lacks an option counts as ``over_budget``: it should never have been opened. Every term of the reward counts equally,
+so this is a choice about the story, not about the points.
+
+Works on both kinds of episode: ``analysis.evaluate.Episode`` (scripted agents) and ``policy.rollout.Trajectory``
+(language models), both read through one small view, ``EpisodeView`` (``view``). ``Episode`` carries no format
+flags, so ``invalid_format`` is only found in trajectories.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from ..config import FIGURES_DIR
+from ..webshop import pages
+from ..webshop.agents import parse_budget, parse_results
+from ..webshop.catalog import Catalog, Goal, Product, default_catalog
+from ..webshop.text import normalize
+from .plots import save
+
+SUCCESS = "success"
+FAILURE_CLASSES = {
+    "invalid_format": "never bought; more than half of the replies did not parse (RAGEN's think/answer format)",
+    "invalid_actions": "never bought; more than half of the actions were rejected by the environment",
+    "search_loop": "never bought; the same action on the same page twice (a cycle, an echo trap) or 3+ searches",
+    "out_of_turns": "never bought; browsed without looping until the turns ran out",
+    "wrong_type": "bought a product of another type (r_type < 1)",
+    "over_budget": "bought the right type above the budget",
+    "missing_attributes": "bought the right type within budget, but it lacks an attribute the goal asks for",
+    "wrong_options": "bought the right product, but did not select every option value the goal asks for",
+    "other": "failed in a way no rule above describes (should stay empty)",
+}
+"""Failure class -> one-line description, in priority order (the first whose rule holds is the label)."""
+CLASSES = (SUCCESS, *FAILURE_CLASSES)
+"""Every label ``classify`` can return: ``success`` then the failure classes, the column order of the tables."""
+
+UNPARSED_SHARE = 0.5
+"""``invalid_format`` when the share of unparsed replies is above this ("mostly did not parse")."""
+INVALID_SHARE = 0.5
+"""``invalid_actions`` when the share of rejected actions is above this."""
+LOOP_REPEATS = 2
+"""``search_loop`` when one (page, action) pair occurs this many times: the agent came back to a page and did the same
+thing again, so it learned nothing in between (a greedy policy that sees only the page would cycle for ever). Counting
+the pair, not the action, keeps honest repetition out: ``next >`` three times pages on, and an agent that rejects
+items one by one clicks ``< prev`` on a different item page each time."""
+LOOP_SEARCHES = 3
+"""``search_loop`` when the agent searched this many times: it went back to search twice and still bought nothing."""
+
+CLASS_COLORS = dict(zip(CLASSES, ("#55a868", "#8c8c8c", "#b0b0b0", "#c44e52", "#dd8452", "#8172b3", "#937860",
+                                  "#4c72b0", "#64b5cd", "#222222")))
+"""A fixed color per class, so every figure of notebook 06 colors a class the same way."""
+
+_SEARCH = re.compile(r"search\[(.*)\]")
+_CLICK = re.compile(r"click\[(.*)\]")
+_NOT_OPTIONS = {normalize(b) for b in (pages.BACK, pages.PREV, pages.BUY, *pages.DETAIL_BUTTONS)}
+
+
+@dataclass(frozen=True)
+class EpisodeView:
+    """What the taxonomy reads from an episode, whichever agent played it (build it with ``view``)."""
+
+    actions: tuple[str, ...]
+    """Normalized actions; for a reply that did not parse, the normalized raw reply."""
+    valid: tuple[bool, ...]
+    parsed: tuple[bool, ...] | None
+    """Per turn, whether the reply parsed; None for scripted agents, which write actions, not replies."""
+    observations: tuple[str, ...]
+    """The page each action was taken on."""
+    bought: bool
+    success: bool
+    reward: float
+    breakdown: dict | None
+    instruction: str
+    category: str
+    goal_index: int
+    goal: Goal | None = None
+    """The goal when the episode carries it (trajectories); ``explain`` looks it up in the catalog otherwise."""
+    split: str | None = None
+
+    @property
+    def steps(self) -> int:
+        return len(self.actions)
+
+    @property
+    def searches(self) -> list[str]:
+        """The queries searched, in order."""
+        return [m.group(1) for a in self.actions if (m := _SEARCH.fullmatch(a))]
+
+
+def view(item) -> EpisodeView:
+    """The common view of an ``Episode``, a ``Trajectory`` (duck-typed: no torch import) or an ``EpisodeView``."""
+    if isinstance(item, EpisodeView):
+        return item
+    if hasattr(item, "turns"):  # policy.rollout.Trajectory
+        turns, goal = item.turns, item.goal
+        return EpisodeView(
+            actions=tuple(normalize(u.action if u.format_ok else u.response) for u in turns),
+            valid=tuple(u.valid for u in turns), parsed=tuple(u.format_ok for u in turns),
+            observations=tuple(u.observation for u in turns), bought=item.breakdown is not None,
+            success=item.success, reward=item.env_reward, breakdown=item.breakdown, instruction=goal.instruction,
+            category=goal.category[0], goal_index=goal.index, goal=goal, split=goal.split)
+    if hasattr(item, "actions"):  # analysis.evaluate.Episode
+        return EpisodeView(
+            actions=tuple(normalize(a) for a in item.actions), valid=tuple(item.valid), parsed=None,
+            observations=tuple(item.observations), bought=item.bought, success=item.success, reward=item.reward,
+            breakdown=item.breakdown, instruction=item.instruction, category=item.category,
+            goal_index=item.goal_index)
+    raise TypeError(f"expected an Episode, a Trajectory or an EpisodeView, got {type(item).__name__}")
+
+
+def _items(items) -> list:
+    """The episodes of an ``Evaluation``, or the items themselves."""
+    return list(items.episodes if hasattr(items, "episodes") else items)
+
+
+# ---------------------------------------------------------------------------------------------- the rules
+
+def repetition(v: EpisodeView) -> tuple[str, int]:
+    """The action most often taken on one and the same page, and how often (the first such action on a tie)."""
+    if not v.actions:
+        return "", 0
+    (_, action), count = Counter(zip(v.observations, v.actions)).most_common(1)[0]
+    return action, count
+
+
+def _share(flags) -> float:
+    return sum(flags) / len(flags) if flags else 0.0
+
+
+def classify(item) -> str:
+    """The one label of an episode: ``success`` or the first failure class whose rule holds (see the module)."""
+    v = view(item)
+    if v.success:
+        return SUCCESS
+    if not v.bought:
+        if v.parsed is not None and _share([not p for p in v.parsed]) > UNPARSED_SHARE:
+            return "invalid_format"
+        if _share([not ok for ok in v.valid]) > INVALID_SHARE:
+            return "invalid_actions"
+        if repetition(v)[1] >= LOOP_REPEATS or len(v.searches) >= LOOP_SEARCHES:
+            return "search_loop"
+        return "out_of_turns"
+    b = v.breakdown
+    if b is None:
+        return "other"
+    if b["r_type"] < 1:
+        return "wrong_type"
+    if not b["price_ok"]:
+        return "over_budget"
+    if b["attributes_missing"]:
+        return "missing_attributes"
+    if b["options_missing"]:
+        return "wrong_options"
+    return "other"
+
+
+# ---------------------------------------------------------------------------------------------- tables
+
+def failure_table(items, name: str | None = None, split: str | None = None) -> pd.DataFrame:
+    """One row per episode of ``items`` (an ``Evaluation`` or a list of episodes / trajectories): method, split,
+    goal_index, category, class, reward, steps, instruction. ``name`` and ``split`` default to the Evaluation's
+    (a trajectory knows its own split)."""
+    name = name or getattr(items, "name", None) or "agent"
+    split = split or getattr(items, "split", None)
+    rows = []
+    for item in _items(items):
+        v = view(item)
+        rows.append({"method": name, "split": split or v.split, "goal_index": v.goal_index, "category": v.category,
+                     "class": classify(v), "reward": v.reward, "steps": v.steps, "instruction": v.instruction})
+    return pd.DataFrame(rows, columns=["method", "split", "goal_index", "category", "class", "reward", "steps",
+                                       "instruction"])
+
+
+def _shares(table: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Share of each class within each group of ``by`` (columns ``CLASSES``, then ``episodes``)."""
+    counts = pd.crosstab([table[c] for c in by], table["class"]).reindex(columns=list(CLASSES), fill_value=0)
+    counts.columns.name = None
+    episodes = counts.sum(axis=1)
+    shares = counts.div(episodes, axis=0)
+    shares["episodes"] = episodes
+    return shares
+
+
+def class_shares(tables) -> pd.DataFrame:
+    """Share of each class (success included) per method, from one ``failure_table`` or a list of them: one row per
+    method in the order given, the ``CLASSES`` columns sum to 1, then ``episodes``."""
+    table = tables if isinstance(tables, pd.DataFrame) else pd.concat(list(tables), ignore_index=True)
+    return _shares(table, ["method"]).reindex(table["method"].unique())
+
+
+def per_category(table: pd.DataFrame) -> pd.DataFrame:
+    """Share of each class per (method, category): which product categories fail, and how."""
+    return _shares(table, ["method", "category"])
+
+
+def examples(items, cls: str, k: int = 2) -> list:
+    """The first ``k`` items of ``items`` labelled ``cls`` (to read, explain or show in the viewer)."""
+    if cls not in CLASSES:
+        raise ValueError(f"unknown class {cls!r}; choose one of {list(CLASSES)}")
+    return list(itertools.islice((item for item in _items(items) if classify(item) == cls), k))
+
+
+# ---------------------------------------------------------------------------------------------- explanations
+
+def _item_page(observation: str) -> tuple[str, float] | None:
+    """(title, price) of an item page, None for any other page."""
+    parts = observation.split(pages.SEP)
+    at = next((i for i, p in enumerate(parts) if p.startswith("Price: $")), None)
+    if at is None or at == 0:
+        return None
+    return parts[at - 1], float(parts[at][len("Price: $"):])
+
+
+def _goal_of(v: EpisodeView, catalog: Catalog) -> Goal | None:
+    """The episode's goal: its own, else the catalog goal with its index and instruction."""
+    if v.goal is not None:
+        return v.goal
+    splits = [v.split] if v.split in catalog.goals else list(catalog.goals)
+    return next((g for s in splits for g in catalog.goals[s]
+                 if g.index == v.goal_index and g.instruction == v.instruction), None)
+
+
+def _product(title: str, price: float, catalog: Catalog) -> Product | None:
+    return next((p for p in catalog.products if p.title == title and abs(p.price - price) < 0.005), None)
+
+
+def _selected(v: EpisodeView, product: Product | None) -> list[str]:
+    """Option values selected on the bought item's page when buying (clicked values when the product is unknown)."""
+    chosen: dict[str, str] = {}
+    for observation, action, ok in zip(v.observations, v.actions, v.valid):
+        if _item_page(observation) is None:
+            if parse_results(observation) or observation.endswith(pages.SEP + "Search"):
+                chosen = {}  # a results or search page: the next item starts with nothing selected
+            continue
+        click = _CLICK.fullmatch(action)
+        if not ok or click is None or click.group(1) in _NOT_OPTIONS:
+            continue
+        value = click.group(1)
+        names = [n for n, vals in (product.options.items() if product else []) if value in map(normalize, vals)]
+        chosen[names[0] if names else value] = value
+    return list(chosen.values())
+
+
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+def _quoted(values) -> str:
+    values = [f'"{x}"' for x in values]
+    return values[0] if len(values) == 1 else ", ".join(values[:-1]) + " and " + values[-1]
+
+
+def explain(item, catalog: Catalog | None = None) -> str:
+    """A paragraph in plain English, built from the episode's data: the goal, what was searched, what was opened or
+    bought, what the reward found missing, the price against the budget, and the class with its rule."""
+    v = view(item)
+    catalog = catalog or default_catalog()
+    goal = _goal_of(v, catalog)
+    cls = classify(v)
+    budget = goal.price_upper if goal else parse_budget(v.instruction)
+    text = [f'The goal was "{v.instruction}"'
+            + (f' (target: "{goal.target_title}", product type "{goal.product_type}").' if goal else ".")]
+    invalid, unparsed = v.valid.count(False), (v.parsed or ()).count(False)
+    problems = ", ".join(f"{n} {what}" for n, what in ((invalid, "invalid"), (unparsed, "unparsed")) if n)
+    queries = v.searches
+    searched = (f"searched {_times(len(queries))} ({_quoted(queries[:4])}"
+                f"{', ...' if len(queries) > 4 else ''})" if queries else "never searched")
+    text.append(f"In {v.steps} step{'s' * (v.steps != 1)}{f' ({problems})' if problems else ''} the agent {searched}.")
+    if not v.bought:
+        opened = list(dict.fromkeys(page[0] for o in v.observations if (page := _item_page(o))))
+        text.append(f"It opened {len(opened)} item{'s' * (len(opened) != 1)}"
+                    + (f" ({_quoted(opened[:3])}{', ...' if len(opened) > 3 else ''})" if opened else "")
+                    + " and never bought anything.")
+        action, count = repetition(v)
+        if count > 1:
+            text.append(f'It took "{action}" {_times(count)} on the same page.')
+    else:
+        page = _item_page(v.observations[-1]) if v.observations else None
+        b = v.breakdown or {}
+        if page:
+            title, price = page
+            over = price > budget
+            text.append(f'It bought "{title}" for ${price:.2f}, {"over" if over else "within"} the budget of '
+                        f"${budget:.2f}" + (f" by ${price - budget:.2f}." if over else "."))
+            selected = _selected(v, _product(title, price, catalog))
+            text.append(f"It selected {_quoted(selected)}." if selected else "It selected no option.")
+        else:
+            text.append(f"It bought a product {'within' if b.get('price_ok') else 'over'} the budget of ${budget:.2f}.")
+        if b.get("r_type", 1) < 1:
+            wanted = f'"{goal.product_type}"' if goal else "another type"
+            text.append(f"That is the wrong kind of product: the goal wants the type {wanted} "
+                        f"(type reward {b['r_type']:g}, {b['title_score']:.0%} of the type's words in the title).")
+        if b.get("attributes_missing"):
+            text.append(f"It lacks the attribute{'s' * (len(b['attributes_missing']) > 1)} "
+                        f"{_quoted(b['attributes_missing'])} the goal asks for.")
+        if b.get("options_missing"):
+            text.append(f"The goal's option value{'s' * (len(b['options_missing']) > 1)} "
+                        f"{_quoted(b['options_missing'])} {'was' if len(b['options_missing']) == 1 else 'were'} "
+                        "not selected.")
+    text.append(f"Reward {v.reward:.2f}. Class: {cls}"
+                + (f" ({FAILURE_CLASSES[cls]})." if cls in FAILURE_CLASSES else "."))
+    return " ".join(text)
+
+
+# ---------------------------------------------------------------------------------------------- figure
+
+def plot_failure_classes(shares: pd.DataFrame, path=None, title: str = "How episodes end", ax=None):
+    """Stacked horizontal bars: per method (row of ``class_shares``), the share of each class, in the fixed
+    ``CLASS_COLORS``. ``path``: a figure name (saved as ``figures/<name>.png``) or a ``.png`` path; saved with
+    ``plots.save``. Returns the figure."""
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(7, 0.5 + 0.45 * max(1, len(shares))))
+    present = [c for c in CLASSES if c in shares and shares[c].sum() > 0]
+    left = pd.Series(0.0, index=shares.index)
+    labels = [str(m) for m in shares.index]
+    for cls in present:
+        ax.barh(labels, shares[cls], left=left, color=CLASS_COLORS[cls], label=cls, edgecolor="white", linewidth=0.5)
+        left = left + shares[cls]
+    ax.set_xlim(0, 1)
+    ax.invert_yaxis()  # the first method on top
+    ax.set_xlabel("share of episodes")
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    if path is not None:
+        path = Path(path)
+        if path.suffix == ".png":
+            save(fig, path.stem, path.parent)
+        else:
+            save(fig, str(path), FIGURES_DIR)
+    return fig

@@ -1,0 +1,343 @@
+"""RAGEN's outer loop with a pluggable objective: A*PO stage 2 by default (notebook 04).
+
+Each iteration:
+
+1. Phase 1, rollouts: draw ``batch_goals`` train goals that have a V*, play ONE episode per goal with the current
+   policy (one batched multi-turn rollout).
+2. Phase 2, update: score every trajectory's trained tokens under the policy (with gradients) and the frozen pi_ref,
+   build ``ObjectiveInputs``, take ONE optimizer step on the objective with gradient clipping.
+
+It records per iteration reward, success, loss, the KL estimate to pi_ref, entropy, invalid-action rate, tokens
+and seconds (a pandas DataFrame), evaluates greedily on val every ``eval_every`` iterations, and checkpoints
+(safetensors weights, optimizer and RNG states) so that a resumed run continues exactly as if it had not stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from safetensors.torch import load_model, save_model
+from tqdm.auto import tqdm
+
+from ..analysis.evaluate import evaluate_policy
+from ..config import Profile, device as default_device, seed_everything
+from ..files import atomic_write_text
+from ..policy.prompts import encode_chat, episode_chats
+from ..policy.rollout import Sampling, Trajectory, rollout
+from ..policy.scoring import collate, selected_logprobs
+from .losses import OBJECTIVES, ObjectiveInputs, kl_estimate
+from .vstar import VStarTable
+
+CHECKPOINTS = "checkpoints"
+
+
+# ------------------------------------------------------------------------------------------------ scoring
+
+def trained_sequences(trajectories: list[Trajectory], tokenizer, window, part: str = "all"):
+    """Token ids and masks of every chat of every trajectory, and the trajectory each chat belongs to."""
+    sequences, masks, owner = [], [], []
+    for row, t in enumerate(trajectories):
+        if part == "all" and t.input_ids:
+            pairs = zip(t.input_ids, t.assistant_mask)
+        else:
+            pairs = (encode_chat(tokenizer, chat, part) for chat in episode_chats(t.turns, window))
+        for ids, mask in pairs:
+            sequences.append(ids)
+            masks.append(mask)
+            owner.append(row)
+    return sequences, masks, owner
+
+
+def score_tokens(model, sequences, masks, owner, pad_id: int, micro_batch: int, with_entropy: bool = False):
+    """Log-probs of the masked tokens of ``sequences`` -> flat ``(logp, trajectory of each token, entropy)``.
+
+    Chats are sorted by length and scored ``micro_batch`` at a time (less padding, bounded memory); the result is
+    in a fixed order, so the same batch always gives the same tensors. Gradients flow when enabled by the caller.
+    """
+    dev = next(model.parameters()).device
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+    logps, rows, entropies = [], [], []
+    for start in range(0, len(order), micro_batch):
+        chunk = order[start: start + micro_batch]
+        ids, attn, mask = collate([sequences[i] for i in chunk], [masks[i] for i in chunk], pad_id, dev)
+        with _autocast(dev):
+            logp, chat_rows, entropy = selected_logprobs(model, ids, attn, mask, with_entropy)
+        logps.append(logp.float())
+        rows.append(torch.tensor([owner[i] for i in chunk], device=dev)[chat_rows])
+        if with_entropy:
+            entropies.append(entropy.float())
+    return torch.cat(logps), torch.cat(rows), (torch.cat(entropies) if with_entropy else None)
+
+
+def _autocast(dev):
+    """bf16 autocast on CUDA; nothing on CPU (same code on both)."""
+    if dev.type == "cuda":
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTable, profile: Profile,
+                     with_entropy: bool = True, timings: dict | None = None) -> ObjectiveInputs:
+    """Score a batch under the policy (differentiable) and pi_ref (no gradients) -> ``ObjectiveInputs``.
+
+    ``timings``, when given, receives the seconds of the policy's and pi_ref's forward passes."""
+    config = profile.apo
+    start = time.perf_counter()
+    sequences, masks, owner = trained_sequences(trajectories, tokenizer, profile.policy.window, config.logprob_tokens)
+    token_logp, rows, entropy = score_tokens(model, sequences, masks, owner, tokenizer.pad_token_id,
+                                             config.micro_batch, with_entropy)
+    middle = time.perf_counter()
+    with torch.no_grad():
+        token_logp_ref, _, _ = score_tokens(ref_model, sequences, masks, owner, tokenizer.pad_token_id,
+                                            config.micro_batch)
+    if timings is not None:
+        timings.update(policy_forward_seconds=middle - start, ref_seconds=time.perf_counter() - middle)
+    batch, dev = len(trajectories), token_logp.device
+
+    def per_trajectory(values):
+        return torch.zeros(batch, device=dev, dtype=values.dtype).index_add(0, rows, values)
+
+    goal_ids = {}
+    return ObjectiveInputs(
+        logp=per_trajectory(token_logp), logp_ref=per_trajectory(token_logp_ref),
+        reward=torch.tensor([t.reward for t in trajectories], device=dev, dtype=torch.float32),
+        vstar=torch.tensor([vstar.value(t.goal) for t in trajectories], device=dev, dtype=torch.float32),
+        tokens=per_trajectory(torch.ones_like(token_logp)),
+        group=torch.tensor([goal_ids.setdefault((t.goal.split, t.goal.index), len(goal_ids)) for t in trajectories],
+                           device=dev),
+        token_logp=token_logp, token_logp_ref=token_logp_ref, token_logp_old=token_logp.detach(),
+        token_row=rows, entropy=entropy)
+
+
+# ------------------------------------------------------------------------------------------------ the loop
+
+@dataclass
+class TrainState:
+    """What a checkpoint holds besides the weights: enough to continue exactly."""
+
+    iteration: int
+    history: pd.DataFrame
+    evals: pd.DataFrame
+
+
+class Trainer:
+    """RAGEN's loop: ``run()`` alternates batched rollouts and one update of ``objective`` (default A*PO)."""
+
+    def __init__(self, model, ref_model, tokenizer, vstar: VStarTable, profile: Profile, objective: str = "apo",
+                 seed: int = 0, out_dir=None, iterations: int | None = None):
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {objective!r}; choose one of {sorted(OBJECTIVES)}")
+        if len(vstar.table) == 0:
+            raise ValueError("the V* table has no goals: nothing to train on (was every goal dropped as unsolved?)")
+        self.model, self.ref_model, self.tokenizer = model, ref_model, tokenizer
+        self.vstar, self.profile, self.config = vstar, profile, profile.apo
+        self.objective_name, self.objective = objective, OBJECTIVES[objective]
+        self.seed, self.iterations = seed, iterations or profile.apo.iterations
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.goals = vstar.goals()
+        self.ref_model.eval().requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=self.config.lr, weight_decay=0.0, betas=(0.9, 0.95))
+        self.rng = random.Random(seed)
+        self.state = TrainState(0, pd.DataFrame(), pd.DataFrame())
+        seed_everything(seed)
+
+    # one iteration ------------------------------------------------------------------------------------------
+    def draw_goals(self):
+        return self.rng.sample(self.goals, min(self.config.batch_goals, len(self.goals)))
+
+    def iteration(self) -> dict:
+        """Phase 1 (rollouts) then phase 2 (one update); returns the iteration's row of the history."""
+        config, start = self.config, time.perf_counter()
+        goals = self.draw_goals()
+        trajectories = rollout(self.model, self.tokenizer, goals, Sampling(temperature=config.temperature),
+                               self.profile.policy, self.profile.policy_env())
+        rollout_s = time.perf_counter() - start
+        self.model.train()
+        timings = {"rollout_seconds": rollout_s}
+        inputs = objective_inputs(self.model, self.ref_model, trajectories, self.tokenizer, self.vstar, self.profile,
+                                  timings=timings)
+        update_start = time.perf_counter()
+        loss, stats = self.objective(inputs, config)
+        lr = config.lr * min(1.0, (self.state.iteration + 1) / max(1, config.warmup))
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
+        self.optimizer.step()
+        self.model.eval()
+        timings["update_seconds"] = time.perf_counter() - update_start
+        kl = kl_estimate(inputs.token_logp, inputs.token_logp_ref, inputs.token_row, len(trajectories))
+        turns = sum(t.num_turns for t in trajectories)
+        return {"iteration": self.state.iteration + 1, "reward": float(np.mean([t.reward for t in trajectories])),
+                "success": float(np.mean([t.success for t in trajectories])), "loss": loss.item(),
+                "kl": kl.mean().item(), "log_ratio_abs": (inputs.logp - inputs.logp_ref).abs().mean().item(),
+                "entropy": inputs.entropy.mean().item() if inputs.entropy is not None else float("nan"),
+                "invalid_rate": sum(t.invalid_actions for t in trajectories) / max(1, turns),
+                "turns": turns / len(trajectories), "generated_tokens": sum(t.generated_tokens for t in trajectories),
+                "trained_tokens": int(inputs.tokens.sum().item()), "grad_norm": float(grad_norm), "lr": lr,
+                **timings, "seconds": time.perf_counter() - start, **stats}
+
+    def evaluate(self, split: str = "val", episodes: int | None = None) -> dict:
+        """Greedy success and score on the first ``episodes`` goals of ``split``."""
+        result, _ = evaluate_policy(self.model, self.tokenizer, split, episodes or self.config.eval_episodes,
+                                    self.profile, name="policy", progress=False)
+        s = result.summary()
+        return {"iteration": self.state.iteration, "split": split, "success": s["success_rate"],
+                "score": s["mean_score"], "steps": s["mean_steps"], "invalid_rate": s["invalid_rate"]}
+
+    # the loop -----------------------------------------------------------------------------------------------
+    def run(self, progress: bool = True) -> TrainState:
+        """Iterate up to ``iterations`` (continuing from a resumed state), evaluating and checkpointing on schedule."""
+        config, state = self.config, self.state
+        if state.evals.empty:
+            self._log_eval()
+        bar = tqdm(total=self.iterations, initial=state.iteration, desc=f"{self.objective_name} seed {self.seed}",
+                   disable=not progress)
+        while state.iteration < self.iterations:
+            row = self.iteration()
+            state.iteration += 1
+            state.history = pd.concat([state.history, pd.DataFrame([row])], ignore_index=True)
+            if state.iteration % config.eval_every == 0 or state.iteration == self.iterations:
+                self._log_eval()
+            if self.out_dir is not None and (state.iteration % config.checkpoint_every == 0
+                                             or state.iteration == self.iterations):
+                self.save_checkpoint()
+            bar.update(1)
+            bar.set_postfix(reward=f"{row['reward']:.2f}", success=f"{row['success']:.2f}", kl=f"{row['kl']:.2f}",
+                            val=f"{state.evals['success'].iloc[-1]:.2f}")
+        bar.close()
+        return state
+
+    def _log_eval(self):
+        row = self.evaluate()
+        self.state.evals = pd.concat([self.state.evals, pd.DataFrame([row])], ignore_index=True)
+
+    # checkpoints --------------------------------------------------------------------------------------------
+    def save_checkpoint(self) -> Path:
+        """Write ``checkpoints/iter_NNNNNN`` through a temporary folder and a rename, then point ``latest`` at it:
+        a run killed mid-save leaves the previous checkpoint as the latest."""
+        root = self.out_dir / CHECKPOINTS
+        final = root / f"iter_{self.state.iteration:06d}"
+        tmp = root / f".tmp_{final.name}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        save_model(self.model, str(tmp / "model.safetensors"))  # handles the tied input/output embeddings
+        rng = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        torch.save({"optimizer": self.optimizer.state_dict(), "rng": rng}, tmp / "trainer_state.pt")
+        version, internal, gauss = self.rng.getstate()
+        atomic_write_text(tmp / "state.json", json.dumps({
+            "iteration": self.state.iteration, "objective": self.objective_name, "seed": self.seed,
+            "goal_rng": [version, list(internal), gauss], "python_rng": _python_rng_state(),
+            "numpy_rng": _numpy_rng_state(), "vstar_key": self.vstar.key}))
+        self.state.history.to_csv(tmp / "history.csv", index=False)
+        self.state.evals.to_csv(tmp / "evals.csv", index=False)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        atomic_write_text(root / "latest", final.name + "\n")
+        for old in sorted(root.glob("iter_*"))[:-2]:  # keep the last two
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def load_checkpoint(self, path=None) -> int:
+        """Restore weights, optimizer, RNG states and history from ``path`` (default: the latest checkpoint)."""
+        root = self.out_dir / CHECKPOINTS
+        if path is None:
+            latest = root / "latest"
+            if not latest.exists():
+                raise FileNotFoundError(f"no checkpoint under {root}")
+            path = root / latest.read_text().strip()
+        path = Path(path)
+        state = json.loads((path / "state.json").read_text())
+        if state["vstar_key"] != self.vstar.key or state["objective"] != self.objective_name:
+            raise ValueError(f"{path} was saved by a run with another V* table or objective "
+                             f"({state['objective']}, {state['vstar_key']})")
+        load_model(self.model, str(path / "model.safetensors"), device=str(_device_of(self.model)))
+        saved = torch.load(path / "trainer_state.pt", weights_only=True, map_location="cpu")
+        self.optimizer.load_state_dict(saved["optimizer"])
+        torch.set_rng_state(saved["rng"]["torch"])
+        if "cuda" in saved["rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(saved["rng"]["cuda"])
+        version, internal, gauss = state["goal_rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        version, internal, gauss = state["python_rng"]
+        random.setstate((version, tuple(internal), gauss))
+        np.random.set_state(tuple(state["numpy_rng"][:1]) + (np.array(state["numpy_rng"][1], dtype=np.uint32),)
+                            + tuple(state["numpy_rng"][2:]))
+        self.state = TrainState(state["iteration"], pd.read_csv(path / "history.csv"), pd.read_csv(path / "evals.csv"))
+        return self.state.iteration
+
+
+def _device_of(model):
+    return next(model.parameters()).device
+
+
+def _python_rng_state():
+    version, internal, gauss = random.getstate()
+    return [version, list(internal), gauss]
+
+
+def _numpy_rng_state():
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
+
+
+def latest_checkpoint(out_dir) -> Path | None:
+    """The folder ``latest`` points at, or None."""
+    latest = Path(out_dir) / CHECKPOINTS / "latest"
+    return Path(out_dir) / CHECKPOINTS / latest.read_text().strip() if latest.exists() else None
+
+
+def load_models(ref_dir, dev: str | None = None):
+    """``(policy, pi_ref, tokenizer)``: the policy starts as a copy of pi_ref."""
+    from ..policy.models import load_policy
+
+    dev = dev or default_device()
+    model, tokenizer = load_policy(ref_dir, dev)
+    ref_model, _ = load_policy(ref_dir, dev)
+    return model, ref_model, tokenizer
+
+
+# ------------------------------------------------------------------------------------------------ whole runs
+
+def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, objective: str = "apo",
+              iterations: int | None = None, resume: bool = False, progress: bool = True) -> dict:
+    """One seed, headless: stage 1 (cached), the loop (resumable), the final policy and its greedy test result.
+
+    Writes under ``out_dir``: ``checkpoints/``, ``history.csv``, ``evals.csv``, ``policy/`` and ``metrics.json``.
+    """
+    from ..policy.models import save_policy
+    from .vstar import stage1
+
+    out_dir = Path(out_dir)
+    model, ref_model, tokenizer = load_models(ref_dir)
+    vstar = stage1(ref_model, tokenizer, profile, vstar_dir, progress=progress)
+    trainer = Trainer(model, ref_model, tokenizer, vstar, profile, objective, seed, out_dir, iterations)
+    if resume and latest_checkpoint(out_dir) is not None:
+        trainer.load_checkpoint()
+    start = time.perf_counter()
+    state = trainer.run(progress)
+    state.history.to_csv(out_dir / "history.csv", index=False)
+    state.evals.to_csv(out_dir / "evals.csv", index=False)
+    save_policy(model, tokenizer, out_dir / "policy")
+    test = trainer.evaluate("test", profile.apo.test_episodes)
+    metrics = {"objective": objective, "seed": seed, "profile": profile.name, "iterations": state.iteration,
+               "test_success": test["success"], "test_score": test["score"], "test_steps": test["steps"],
+               "test_invalid_rate": test["invalid_rate"], "val_success": float(state.evals["success"].iloc[-1]),
+               "train_seconds": round(float(state.history["seconds"].sum()), 1),
+               "wall_seconds_this_call": round(time.perf_counter() - start, 1),
+               "episodes": int(state.iteration * profile.apo.batch_goals),
+               "generated_tokens": int(state.history["generated_tokens"].sum()), "vstar_key": vstar.key}
+    atomic_write_text(out_dir / "metrics.json", json.dumps(metrics, indent=1) + "\n")
+    return metrics

@@ -1,0 +1,409 @@
+"""A*PO: V* (stage 1) and its cache, the least-squares loss (stage 2), and RAGEN's loop with checkpoints.
+
+The loop tests train a real ci-sized pi_ref in a temporary folder (seconds), so they run on a fresh clone."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from apo_helpers.__main__ import main
+from apo_helpers.apo import trainer as trainer_module
+from apo_helpers.apo.losses import OBJECTIVES, ObjectiveInputs, apo_loss, apo_objective, kl_estimate
+from apo_helpers.apo.sft import expert_demonstrations, train_reference
+from apo_helpers.apo.trainer import Trainer, latest_checkpoint, load_models, train_run, trained_sequences
+from apo_helpers.apo.vstar import (VStarTable, cache_key, load_vstar, optimal_value, stage1, stage1_goals,
+                                   vstar_table, weights_hash)
+from apo_helpers.config import get_profile, seed_everything
+from apo_helpers.policy.prompts import encode_chat
+from apo_helpers.webshop.catalog import DataFileError, default_catalog
+
+P = get_profile("ci")
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+
+# ---------------------------------------------------------------------------------------------- V*
+
+def test_vstar_between_mean_and_max():
+    rewards = [0.0, 0.2, 1.0, 0.5]
+    v = optimal_value(rewards, 0.5)
+    assert np.mean(rewards) < v < max(rewards)
+
+
+def test_vstar_limits_of_beta1():
+    rewards = [0.0, 0.3, 0.9]
+    assert optimal_value(rewards, 1e4) == pytest.approx(np.mean(rewards), abs=1e-4)   # large beta1: the mean
+    assert optimal_value(rewards, 1e-3) == pytest.approx(0.9 + 1e-3 * math.log(1 / 3), abs=1e-9)  # small: the max
+    assert optimal_value([0.7] * 8, 0.5) == pytest.approx(0.7)
+
+
+def test_vstar_is_stable_for_tiny_beta1():
+    assert math.isfinite(optimal_value([1.0, 0.0], 1e-6))           # exp(1e6) would overflow without log-sum-exp
+    assert optimal_value([1.0, 0.0], 1e-6) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_vstar_hand_computed():
+    assert optimal_value([1.0, 0.0], 0.5) == pytest.approx(0.5 * math.log((math.exp(2) + 1) / 2))
+
+
+@pytest.mark.parametrize("rewards,beta1", [([], 0.5), ([[1.0]], 0.5), ([1.0], 0.0), ([1.0], -1)])
+def test_vstar_rejects_bad_input(rewards, beta1):
+    with pytest.raises(ValueError):
+        optimal_value(rewards, beta1)
+
+
+def test_vstar_table_columns():
+    goals = default_catalog().split("train")[:2]
+    table = vstar_table(goals, [[0.0, 1.0], [0.5, 0.5]], 0.5)
+    assert list(table.columns) == ["split", "goal_index", "rewards", "vstar", "mean", "max", "successes"]
+    assert table["successes"].tolist() == [1, 0]
+    assert table["mean"].tolist() == [0.5, 0.5]
+
+
+# ---------------------------------------------------------------------------------------------- the loss
+
+def test_apo_loss_hand_computed():
+    logp, ref = torch.tensor([-10.0, -4.0]), torch.tensor([-12.0, -4.0])
+    reward, vstar = torch.tensor([1.0, 0.0]), torch.tensor([0.6, 0.6])
+    # (0.1 * 2 - 0.4)^2 = 0.04, (0.1 * 0 + 0.6)^2 = 0.36 -> mean 0.2
+    assert apo_loss(logp, ref, reward, vstar, 0.1).item() == pytest.approx(0.2)
+
+
+def test_apo_loss_gradient_matches_the_formula():
+    torch.manual_seed(0)
+    logp = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    ref, reward, vstar = torch.randn(5, dtype=torch.float64), torch.rand(5, dtype=torch.float64), torch.rand(5, dtype=torch.float64)
+    beta2 = 0.3
+    apo_loss(logp, ref, reward, vstar, beta2).backward()
+    expected = 2 * beta2 * (beta2 * (logp.detach() - ref) - (reward - vstar)) / 5
+    assert torch.allclose(logp.grad, expected)
+    assert torch.autograd.gradcheck(lambda x: apo_loss(x, ref, reward, vstar, beta2), (logp.detach().requires_grad_(),))
+
+
+def test_apo_loss_is_zero_at_the_optimal_policy():
+    ref, reward, vstar = torch.tensor([-3.0, -7.0]), torch.tensor([1.0, 0.2]), torch.tensor([0.5, 0.5])
+    beta2 = 0.05
+    logp = ref + (reward - vstar) / beta2       # pi* = pi_ref * exp((r - V*) / beta2)
+    assert apo_loss(logp, ref, reward, vstar, beta2).item() == pytest.approx(0.0, abs=1e-10)
+
+
+def test_apo_loss_rejects_nonpositive_beta2():
+    x = torch.zeros(2)
+    with pytest.raises(ValueError, match="beta2"):
+        apo_loss(x, x, x, x, 0.0)
+
+
+def _toy_inputs(logits, actions, rewards, vstar):
+    """Single-step trajectories: each is one token ``action`` drawn from softmax(logits) (pi_ref = the start)."""
+    logp_all = torch.log_softmax(logits, -1)
+    token = logp_all[actions]
+    ref = token.detach()
+    rows = torch.arange(len(actions))
+    return ObjectiveInputs(logp=token, logp_ref=ref, reward=torch.tensor(rewards), vstar=torch.tensor(vstar),
+                           tokens=torch.ones(len(actions)), group=torch.zeros(len(actions), dtype=torch.long),
+                           token_logp=token, token_logp_ref=ref, token_logp_old=token.detach(), token_row=rows)
+
+
+def test_apo_step_moves_toward_the_rewarded_action():
+    logits = torch.zeros(3, requires_grad=True)
+    optimizer = torch.optim.SGD([logits], lr=1.0)
+    config = dataclasses.replace(P.apo, beta2=0.1)
+    for _ in range(20):
+        inputs = _toy_inputs(logits, torch.tensor([0, 1, 2]), [1.0, 0.0, 0.0], [0.4, 0.4, 0.4])
+        loss, stats = apo_objective(inputs, config)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    probs = torch.softmax(logits.detach(), -1)
+    assert probs[0] > 0.6 and probs[1] < 0.2 and probs[2] < 0.2
+    assert set(stats) == {"apo_loss", "advantage"}
+
+
+def test_entropy_bonus_lowers_the_loss():
+    logits = torch.zeros(3, requires_grad=True)
+    inputs = _toy_inputs(logits, torch.tensor([0, 1]), [1.0, 0.0], [0.5, 0.5])
+    inputs.entropy = torch.tensor([1.0, 1.0])
+    plain, _ = apo_objective(inputs, dataclasses.replace(P.apo, entropy_coef=0.0))
+    bonus, _ = apo_objective(inputs, dataclasses.replace(P.apo, entropy_coef=0.1))
+    assert bonus.item() == pytest.approx(plain.item() - 0.1)
+
+
+def test_kl_estimate_sums_per_trajectory():
+    kl = kl_estimate(torch.tensor([-1.0, -2.0, -1.0]), torch.tensor([-1.5, -2.0, -3.0]), torch.tensor([0, 0, 1]), 3)
+    assert kl.tolist() == [0.5, 2.0, 0.0]
+
+
+def test_objectives_registry_has_apo():
+    assert OBJECTIVES["apo"] is apo_objective
+
+
+# ---------------------------------------------------------------------------------------------- pi_ref, stage 1
+
+@pytest.fixture(scope="module")
+def ref_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("apo") / "pi_ref"
+    train_reference(P, out_dir=out, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def models(ref_dir):
+    return load_models(ref_dir, "cpu")
+
+
+def test_answer_mask_is_the_action_part(models):
+    _, _, tokenizer = models
+    chat = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+            {"role": "assistant", "content": "<think> pick it </think> <answer> click[buy now] </answer>"}]
+    ids, every = encode_chat(tokenizer, chat)
+    same, answer = encode_chat(tokenizer, chat, part="answer")
+    assert same == ids
+    assert all(a <= e for a, e in zip(answer, every)) and 0 < sum(answer) < sum(every)
+    text = tokenizer.decode([t for t, m in zip(ids, answer) if m])
+    assert "buy now" in text and "pick" not in text
+    with pytest.raises(ValueError, match="part"):
+        encode_chat(tokenizer, chat, part="think")
+
+
+def test_stage1_table_and_cache(models, tmp_path, monkeypatch):
+    _, ref_model, tokenizer = models
+    first = stage1(ref_model, tokenizer, P, tmp_path, progress=False)
+    table = first.table
+    assert len(table) == P.apo.vstar_goals and not first.loaded
+    assert table["rewards"].map(len).eq(P.apo.vstar_samples).all()
+    assert (table["vstar"] >= table["mean"] - 1e-9).all() and (table["vstar"] <= table["max"] + 1e-9).all()
+    assert [g.index for g in first.goals()] == [g.index for g in stage1_goals(P, P.seed)]
+    assert (tmp_path / first.key / "vstar.csv").exists()
+    # a second call with the same key loads, never samples
+    monkeypatch.setattr("apo_helpers.apo.vstar.sample_rewards", lambda *a, **k: pytest.fail("sampled again"))
+    second = stage1(ref_model, tokenizer, P, tmp_path, progress=False)
+    assert second.loaded and second.key == first.key
+    pd.testing.assert_frame_equal(second.table, table, check_dtype=False)
+
+
+def test_stage1_goals_are_not_demonstration_goals():
+    demos = {d.goal.index for d in expert_demonstrations(P, P.reference.demonstrations)}
+    goals = stage1_goals(P)
+    assert len(goals) == P.apo.vstar_goals and {g.split for g in goals} == {"train"}
+    assert not demos & {g.index for g in goals}
+    with pytest.raises(ValueError, match="too few"):
+        stage1_goals(dataclasses.replace(P, apo=dataclasses.replace(P.apo, vstar_goals=10**6)))
+
+
+def test_cache_key_depends_on_what_changes_vstar(models):
+    _, ref_model, _ = models
+    goals = stage1_goals(P)
+    base = cache_key(weights_hash(ref_model), goals, P.apo, 0)
+    assert base == cache_key(weights_hash(ref_model), goals, P.apo, 0)
+    assert base != cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, beta1=1.0), 0)
+    assert base != cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, vstar_samples=4), 0)
+    assert base != cache_key(weights_hash(ref_model), goals[:-1], P.apo, 0)
+    assert base != cache_key("another model", goals, P.apo, 0)
+
+
+def test_weights_hash_sees_one_changed_weight(models):
+    model, ref_model, _ = models
+    assert weights_hash(model) == weights_hash(ref_model)
+    other = copy.deepcopy(ref_model)  # the fixture's models stay untouched
+    with torch.no_grad():
+        next(other.parameters()).view(-1)[0] += 1e-3
+    assert weights_hash(other) != weights_hash(ref_model)
+
+
+def test_drop_unsolved_reports_the_count(models, monkeypatch):
+    _, ref_model, tokenizer = models
+    fake = [[0.0, 0.0], [1.0, 0.0]] + [[-0.1, 0.0]] * (P.apo.vstar_goals - 2)
+    monkeypatch.setattr("apo_helpers.apo.vstar.sample_rewards", lambda *a, **k: (fake, []))
+    profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, drop_unsolved=True))
+    result = stage1(ref_model, tokenizer, profile, None, progress=False)
+    assert result.dropped == P.apo.vstar_goals - 1 and len(result.table) == 1
+
+
+@pytest.mark.parametrize("damage", ["no_meta", "bad_json", "missing_column", "bad_rewards"])
+def test_malformed_vstar_files_are_named(models, tmp_path, damage):
+    _, ref_model, tokenizer = models
+    folder = tmp_path / stage1(ref_model, tokenizer, P, tmp_path, progress=False).key
+    csv = folder / "vstar.csv"
+    if damage == "no_meta":
+        (folder / "meta.json").unlink()
+    elif damage == "bad_json":
+        (folder / "meta.json").write_text("{")
+    elif damage == "missing_column":
+        pd.read_csv(csv).drop(columns="vstar").to_csv(csv, index=False)
+    else:
+        csv.write_text(csv.read_text().replace("[", "(", 1))
+    with pytest.raises(DataFileError, match=str(folder.name)):
+        load_vstar(folder)
+
+
+# ---------------------------------------------------------------------------------------------- the loop
+
+@pytest.fixture(scope="module")
+def vstar(models, tmp_path_factory):
+    _, ref_model, tokenizer = models
+    return stage1(ref_model, tokenizer, P, tmp_path_factory.mktemp("vstar"), progress=False)
+
+
+def _trainer(ref_dir, vstar, out_dir=None, iterations=None, objective="apo", profile=P):
+    model, ref_model, tokenizer = load_models(ref_dir, "cpu")
+    return Trainer(model, ref_model, tokenizer, vstar, profile, objective, seed=3, out_dir=out_dir,
+                   iterations=iterations)
+
+
+TIMING = ["rollout_seconds", "policy_forward_seconds", "ref_seconds", "update_seconds", "seconds"]
+
+
+def test_run_records_history_and_evaluations(ref_dir, vstar):
+    trainer = _trainer(ref_dir, vstar)
+    state = trainer.run(progress=False)
+    history = state.history
+    assert history["iteration"].tolist() == list(range(1, P.apo.iterations + 1))
+    expected = {"reward", "success", "loss", "kl", "entropy", "invalid_rate", "generated_tokens", "trained_tokens",
+                "grad_norm", "lr", "apo_loss", "advantage", *TIMING}
+    assert expected <= set(history.columns)
+    assert history[["loss", "kl", "entropy"]].map(math.isfinite).all().all()
+    assert (history["trained_tokens"] > 0).all()
+    # evaluated before training, every eval_every iterations and at the end
+    assert state.evals["iteration"].tolist() == [0, 2, 3]
+    assert set(state.evals["split"]) == {"val"}
+
+
+def test_first_iteration_policy_equals_reference(ref_dir, vstar):
+    trainer = _trainer(ref_dir, vstar)
+    row = trainer.iteration()
+    assert row["kl"] == pytest.approx(0.0, abs=1e-5)  # scored before the first step: pi == pi_ref
+    assert row["apo_loss"] == pytest.approx(row["loss"])
+
+
+def test_training_changes_the_policy_not_the_reference(ref_dir, vstar):
+    shifted = VStarTable(vstar.table.assign(vstar=vstar.table["vstar"] + 0.5), vstar.key)  # a non-zero advantage
+    trainer = _trainer(ref_dir, shifted, iterations=2)
+    before = weights_hash(trainer.ref_model)
+    start = weights_hash(trainer.model)
+    trainer.run(progress=False)
+    assert weights_hash(trainer.ref_model) == before
+    assert weights_hash(trainer.model) != start
+
+
+def test_unknown_objective_and_empty_table(ref_dir, vstar):
+    with pytest.raises(ValueError, match="unknown objective"):
+        _trainer(ref_dir, vstar, objective="magic")
+    empty = VStarTable(vstar.table.iloc[:0], vstar.key)
+    with pytest.raises(ValueError, match="no goals"):
+        _trainer(ref_dir, empty)
+
+
+def _comparable(history):
+    return history.drop(columns=TIMING).reset_index(drop=True)
+
+
+def test_resume_continues_exactly(ref_dir, vstar, tmp_path):
+    profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, iterations=4, eval_every=2, checkpoint_every=2))
+    straight = _trainer(ref_dir, vstar, tmp_path / "straight", profile=profile)
+    straight.run(progress=False)
+    first = _trainer(ref_dir, vstar, tmp_path / "resumed", iterations=2, profile=profile)
+    first.run(progress=False)
+    assert latest_checkpoint(tmp_path / "resumed").name == "iter_000002"
+    seed_everything(12345)  # a different global RNG state: the checkpoint must restore it
+    second = _trainer(ref_dir, vstar, tmp_path / "resumed", profile=profile)
+    assert second.load_checkpoint() == 2
+    second.run(progress=False)
+    pd.testing.assert_frame_equal(_comparable(second.state.history), _comparable(straight.state.history))
+    pd.testing.assert_frame_equal(second.state.evals.reset_index(drop=True), straight.state.evals.reset_index(drop=True),
+                                  check_dtype=False)
+    for a, b in zip(second.model.state_dict().values(), straight.model.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_checkpoint_files_are_safe(ref_dir, vstar, tmp_path):
+    trainer = _trainer(ref_dir, vstar, tmp_path, iterations=2)
+    trainer.run(progress=False)
+    folder = latest_checkpoint(tmp_path)
+    assert {p.name for p in folder.iterdir()} == {"model.safetensors", "trainer_state.pt", "state.json", "history.csv",
+                                                  "evals.csv"}
+    saved = torch.load(folder / "trainer_state.pt", weights_only=True)  # tensors and plain types only
+    assert set(saved) == {"optimizer", "rng"}
+    assert json.loads((folder / "state.json").read_text())["iteration"] == 2
+
+
+def test_a_crash_mid_save_keeps_the_last_checkpoint(ref_dir, vstar, tmp_path, monkeypatch):
+    trainer = _trainer(ref_dir, vstar, tmp_path, iterations=2)
+    trainer.run(progress=False)  # checkpoint at 2
+    good = latest_checkpoint(tmp_path)
+
+    def crash(model, path):
+        open(path, "wb").write(b"half a file")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer_module, "save_model", crash)
+    trainer.state.iteration = 3
+    with pytest.raises(KeyboardInterrupt):
+        trainer.save_checkpoint()
+    assert latest_checkpoint(tmp_path) == good
+    monkeypatch.undo()
+    resumed = _trainer(ref_dir, vstar, tmp_path)
+    assert resumed.load_checkpoint() == 2
+    resumed.state.iteration = 3
+    assert resumed.save_checkpoint().name == "iter_000003"  # the half-written temporary folder is replaced
+    assert not list((tmp_path / "checkpoints").glob(".tmp_*"))
+
+
+def test_checkpoint_of_another_run_is_refused(ref_dir, vstar, tmp_path):
+    _trainer(ref_dir, vstar, tmp_path, iterations=2).run(progress=False)
+    other = VStarTable(vstar.table, "another-key")
+    model, ref_model, tokenizer = load_models(ref_dir, "cpu")
+    with pytest.raises(ValueError, match="another V"):
+        Trainer(model, ref_model, tokenizer, other, P, out_dir=tmp_path).load_checkpoint()
+    with pytest.raises(FileNotFoundError):
+        _trainer(ref_dir, vstar, tmp_path / "empty").load_checkpoint()
+
+
+def test_answer_only_logprobs_train_fewer_tokens(ref_dir, vstar):
+    trainer = _trainer(ref_dir, vstar)
+    trajectories = trainer_module.rollout(trainer.model, trainer.tokenizer, vstar.goals()[:2],
+                                          trainer_module.Sampling(), P.policy, P.policy_env())
+    _, every, _ = trained_sequences(trajectories, trainer.tokenizer, P.policy.window, "all")
+    _, answer, _ = trained_sequences(trajectories, trainer.tokenizer, P.policy.window, "answer")
+    assert sum(map(sum, answer)) <= sum(map(sum, every))
+
+
+# ---------------------------------------------------------------------------------------------- command line
+
+def test_cli_vstar_then_train(ref_dir, tmp_path, capsys):
+    assert main(["vstar", "--profile", "ci", "--ref", str(ref_dir), "--out", str(tmp_path / "vs"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["goals"] == P.apo.vstar_goals and not summary["loaded_from_cache"]
+    assert main(["train", "--profile", "ci", "--ref", str(ref_dir), "--vstar", str(tmp_path / "vs"), "--out",
+                 str(tmp_path / "run"), "--seeds", "0", "--iterations", "1", "--json"]) == 0
+    results = pd.read_csv(tmp_path / "run" / "results.csv")
+    assert results["objective"].tolist() == ["apo", "pi_ref"]
+    assert results["iterations"].tolist() == [1, 0]
+    assert (tmp_path / "run" / "seed_0" / "policy" / "model.safetensors").exists()
+    metrics = json.loads((tmp_path / "run" / "seed_0" / "metrics.json").read_text())
+    assert metrics["vstar_key"] == summary["key"]
+
+
+def test_cli_train_without_reference_says_how_to_get_one(tmp_path, capsys):
+    assert main(["train", "--profile", "ci", "--ref", str(tmp_path / "nothing")]) == 2
+    assert "train-ref" in capsys.readouterr().err
+
+
+def test_train_run_resumes_a_finished_run_without_training(ref_dir, vstar, tmp_path, monkeypatch):
+    monkeypatch.setattr("apo_helpers.apo.vstar.sample_rewards", lambda *a, **k: pytest.fail("stage 1 not cached"))
+    cache = tmp_path / "vs"
+    vstar_folder = cache / vstar.key
+    from apo_helpers.apo.vstar import save_vstar
+
+    save_vstar(vstar, vstar_folder, {})
+    first = train_run(P, ref_dir, cache, tmp_path / "run", seed=0, iterations=2, progress=False)
+    monkeypatch.setattr(Trainer, "iteration", lambda self: pytest.fail("trained again"))
+    again = train_run(P, ref_dir, cache, tmp_path / "run", seed=0, iterations=2, resume=True, progress=False)
+    assert again["iterations"] == first["iterations"] == 2
+    assert again["test_success"] == first["test_success"]
