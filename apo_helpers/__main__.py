@@ -145,6 +145,29 @@ def cmd_vstar(args) -> int:
     return 0
 
 
+def with_overrides(profile, settings: list[str]):
+    """The profile with ``apo`` fields changed by ``name=value`` strings (``--set beta2=0.01 temperature=0.7``)."""
+    import dataclasses
+
+    fields = {f.name: f for f in dataclasses.fields(profile.apo)}
+    changes = {}
+    for setting in settings or []:
+        name, sep, value = setting.partition("=")
+        if not sep or name not in fields:
+            raise ValueError(f"--set expects name=value with a name from APOConfig ({', '.join(fields)}), got {setting!r}")
+        kind = type(getattr(profile.apo, name))
+        if kind is bool:
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(f"--set {name}: expected true or false, got {value!r}")
+            changes[name] = value.lower() in ("true", "1")
+        else:
+            try:
+                changes[name] = kind(value)
+            except ValueError:
+                raise ValueError(f"--set {name}: expected a {kind.__name__}, got {value!r}") from None
+    return dataclasses.replace(profile, apo=dataclasses.replace(profile.apo, **changes))
+
+
 def cmd_train(args) -> int:
     """RAGEN's loop with an objective (A*PO by default), one run per seed, then greedy test results."""
     import pandas as pd
@@ -153,7 +176,7 @@ def cmd_train(args) -> int:
     from .apo.trainer import train_run
     from .policy.models import load_policy
 
-    profile = get_profile(args.profile)
+    profile = with_overrides(get_profile(args.profile), args.set)
     ref = _reference_arg(args, profile)
     out = Path(args.out or f"runs/{args.objective}_{profile.name}")
     rows = []
@@ -307,6 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="run folder (default: runs/<objective>_<profile>); one seed_<k>/ each")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--iterations", type=int, default=None, help="override the profile's iterations")
+    p.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE",
+                   help="override APOConfig fields, e.g. --set beta2=0.01 temperature=0.7")
     p.add_argument("--resume", action="store_true", help="continue each seed from its latest checkpoint")
     p.add_argument("--save", action="store_true", help="also write data/results/<objective>_<profile>_*.csv")
     p.add_argument("--json", action="store_true")

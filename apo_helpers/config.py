@@ -150,7 +150,7 @@ class APOConfig:
     """Sampling temperature of pi_ref in stage 1 (paper: 1.0)."""
     drop_unsolved: bool = False
     """Drop goals whose N samples all scored 0 or less (nothing to learn from on them)."""
-    iterations: int = 150
+    iterations: int = 120
     """RAGEN outer-loop iterations: one batched rollout, then one optimizer step."""
     batch_goals: int = 32
     """Goals per iteration, one rollout each (A*PO needs one sample per prompt)."""
@@ -158,7 +158,7 @@ class APOConfig:
     """Sampling temperature of the rollouts; log-probs are always those of the untempered policy."""
     beta2: float = 0.1
     """Weight of log(pi / pi_ref) in the regression (paper: 1e-3 for ~1k-token math answers)."""
-    lr: float = 2e-4
+    lr: float = 3e-4
     """AdamW learning rate (constant after a short warm-up)."""
     warmup: int = 5
     """Iterations of linear learning-rate warm-up."""
@@ -168,16 +168,39 @@ class APOConfig:
     """Optional entropy bonus on the trained tokens."""
     logprob_tokens: str = "all"
     """Tokens whose log-probs make log pi(y|x): ``all`` assistant tokens (the paper) or ``answer`` (the action only)."""
-    eval_every: int = 25
+    eval_every: int = 20
     """Greedy evaluation on val every k iterations (and at the end)."""
     eval_episodes: int = 100
     """Val goals in those evaluations."""
     test_episodes: int = 200
     """Test goals in the final evaluation of ``train``."""
-    checkpoint_every: int = 25
+    checkpoint_every: int = 20
     """Save weights, optimizer and RNG states every k iterations (resume continues exactly)."""
     micro_batch: int = 48
     """Chats scored per forward pass (bounds memory; sorted by length to cut padding)."""
+    group_size: int = 1
+    """Rollouts per goal in an iteration (A*PO: 1; the group objectives grpo / starpo_s need several)."""
+    # the other objectives (notebook 05)
+    clip_eps: float = 0.2
+    """Ratio clip of grpo, starpo_s and ppo (both papers: 0.2)."""
+    grpo_kl: float = 0.0
+    """Weight of the k3 KL to pi_ref in grpo and starpo_s (DeepSeekMath: 0.04; 0 = no pi_ref)."""
+    starpo_keep: float = 0.25
+    """Fraction of goals StarPO-S keeps, by reward variance (RAGEN: 0.25)."""
+    value_coef: float = 0.5
+    """Weight of the critic's mean squared error in ppo."""
+    gae_gamma: float = 1.0
+    """Discount over turns in ppo's GAE."""
+    gae_lambda: float = 1.0
+    """GAE lambda over turns in ppo (1: return minus value)."""
+    kl_pg_beta: float = 0.1
+    """Weight of log(pi_ref / pi) inside kl_pg's advantage."""
+    kl_pg_lambda: float = 0.05
+    """Weight of kl_pg's KL term."""
+    kl_pg_clamp: float = 1.0
+    """kl_pg's advantage is clamped to [-clamp, clamp]."""
+    wsft_kl: float = 0.05
+    """Weight of weighted_sft's KL term."""
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ print({b: round(optimal_value(rewards, b), 4) for b in (0.01, 0.1, 0.5, 2.0, 30.
 # memorised its demonstration goals, and RL on them would teach it little that carries over.
 #
 # The table is cached under a key made of π_ref's weights hash, N, β₁, the temperature, the goals and the seed:
-# a second call loads it. On a 2-core CPU sampling 256 × 8 episodes takes about 3-4 minutes.
+# a second call loads it. The cache also records how long the sampling took.
 
 # %%
 ref_model, tokenizer = load_or_train_reference(profile)
@@ -83,8 +83,8 @@ start = time.perf_counter()
 result = stage1(ref_model, tokenizer, profile, RUNS_DIR / "vstar")
 seconds = time.perf_counter() - start
 table = result.table
-print(f"{len(table)} goals x N={profile.apo.vstar_samples}; {'loaded from the cache' if result.loaded else 'sampled'} "
-      f"in {seconds:.1f} s; key {result.key}")
+print(f"{len(table)} goals x N={profile.apo.vstar_samples}: {'loaded from the cache' if result.loaded else 'sampled'} "
+      f"in {seconds:.1f} s (sampling took {result.seconds} s on {device()}); key {result.key}")
 table.head()
 
 # %% [markdown]
@@ -125,9 +125,10 @@ axes[1].set_title("how often π_ref solves each goal")
 plots.save(fig, "03_vstar_distribution")
 
 # %% [markdown]
-# Stage 2 regresses β₂ log(π/π_ref) onto the **advantage** r − V*. Because V* is a soft *maximum*, most of
-# π_ref's own samples have a negative advantage: only samples at least as good as π_ref's lucky ones are pushed up.
-# Here are the advantages of π_ref's stage-1 samples against their goal's V*:
+# Stage 2 regresses β₂ log(π/π_ref) onto the **advantage** r − V*. Because V* is a soft *maximum*, it sits above
+# the mean reward, so the average advantage is negative: a sample must beat π_ref's usual result to be pushed up.
+# A goal whose samples all score the same gives every sample an advantage of 0: nothing to learn there. Here are
+# the advantages of π_ref's stage-1 samples against their goal's V*:
 
 # %%
 advantages = np.concatenate([np.asarray(r) - v for r, v in zip(table["rewards"], table["vstar"])])
@@ -136,29 +137,30 @@ ax.hist(advantages, bins=40, color="#8172b3")
 ax.axvline(0, color="black", lw=1)
 ax.set_xlabel("r − V*"); ax.set_ylabel("samples"); ax.set_title("advantages of π_ref's samples")
 plots.save(fig, "03_advantages")
-print(f"share of samples with r - V* < 0: {np.mean(advantages < 0):.2f}; mean advantage {advantages.mean():+.3f}")
+print(f"samples with r - V* < 0: {np.mean(advantages < -1e-9):.2f}, = 0: {np.mean(np.abs(advantages) <= 1e-9):.2f}, "
+      f"> 0: {np.mean(advantages > 1e-9):.2f}; mean advantage {advantages.mean():+.3f}")
 
 # %% [markdown]
 # ## 4. How many samples? The estimate against its cost
 #
 # V* from fewer samples is cheaper and noisier, and biased low (a soft max of fewer draws is smaller on average).
-# We can measure both without sampling again: re-estimate V* from random subsets of each goal's N cached rewards.
+# We can measure both without sampling again: re-estimate V* from bootstrap draws (with replacement) of n of each
+# goal's N cached rewards. The cost column scales stage 1's measured sampling time.
 
 # %%
 rng = np.random.default_rng(profile.seed)
 rows = []
 for n in [k for k in (1, 2, 4, 8, 16) if k <= samples]:
-    estimates = np.array([[optimal_value(rng.choice(r, n, replace=False), profile.apo.beta1) for _ in range(20)]
+    estimates = np.array([[optimal_value(rng.choice(r, n, replace=True), profile.apo.beta1) for _ in range(20)]
                           for r in table["rewards"]])
-    rows.append({"N": n, "mean V*": estimates.mean(), "spread (std over subsets)": estimates.std(axis=1).mean(),
-                 "episodes": n * len(table), "seconds (at this run's rate)": n * len(table) * seconds / (samples * len(table))
-                 if not result.loaded else float("nan")})
+    rows.append({"N": n, "mean V*": estimates.mean(), "spread (std over draws)": estimates.std(axis=1).mean(),
+                 "episodes": n * len(table),
+                 "seconds": n / samples * result.seconds if result.seconds else float("nan")})
 pd.DataFrame(rows).set_index("N").round(4)
 
 # %% [markdown]
-# (The seconds column is filled when this notebook sampled stage 1 itself rather than loading it.) The paper's
-# N = 8 is where the estimate's spread has mostly settled; doubling N doubles stage 1's cost, which the comparison
-# in notebook 05 adds to A*PO's bill.
+# The spread falls roughly as 1/√n while the cost grows as n; the paper's N = 8 is a middle ground. Stage 1's cost is
+# paid once per π_ref, and the comparison in notebook 05 adds it to A*PO's bill.
 #
 # ## 5. Exercises
 #

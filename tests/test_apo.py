@@ -407,3 +407,25 @@ def test_train_run_resumes_a_finished_run_without_training(ref_dir, vstar, tmp_p
     again = train_run(P, ref_dir, cache, tmp_path / "run", seed=0, iterations=2, resume=True, progress=False)
     assert again["iterations"] == first["iterations"] == 2
     assert again["test_success"] == first["test_success"]
+
+
+def test_set_overrides_apo_fields():
+    from apo_helpers.__main__ import with_overrides
+
+    changed = with_overrides(P, ["beta2=0.01", "temperature=0.7", "drop_unsolved=true", "logprob_tokens=answer",
+                                 "iterations=7"])
+    assert (changed.apo.beta2, changed.apo.temperature, changed.apo.drop_unsolved) == (0.01, 0.7, True)
+    assert (changed.apo.logprob_tokens, changed.apo.iterations) == ("answer", 7)
+    assert with_overrides(P, []) == P
+    for bad, message in [("beta3=1", "APOConfig"), ("beta2", "name=value"), ("iterations=many", "int"),
+                         ("drop_unsolved=maybe", "true or false")]:
+        with pytest.raises(ValueError, match=message):
+            with_overrides(P, [bad])
+
+
+def test_groups_repeat_each_goal(ref_dir, vstar):
+    profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, batch_goals=4, group_size=2))
+    goals = _trainer(ref_dir, vstar, profile=profile).draw_goals()
+    assert len(goals) == 4 and goals[0] == goals[1] and goals[2] == goals[3] and goals[0] != goals[2]
+    single = _trainer(ref_dir, vstar).draw_goals()
+    assert len(single) == P.apo.batch_goals and len({(g.split, g.index) for g in single}) == len(single)

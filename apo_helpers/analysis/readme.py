@@ -83,8 +83,45 @@ def bench_rollout_table(results: Path = RESULTS_DIR) -> str | None:
     return _markdown(table)
 
 
+def trained_table(results: Path = RESULTS_DIR) -> str | None:
+    """One row per trained objective (mean and spread over seeds) with pi_ref's row, from ``*_class_seeds.csv``."""
+    paths = sorted(results.glob("*_class_seeds.csv"))
+    if not paths:
+        return None
+    rows, ref = [], None
+    for path in paths:
+        df = pd.read_csv(path)
+        ref = df[df["objective"] == "pi_ref"].iloc[0] if ref is None else ref
+        for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
+            rows.append({"policy": objective, "seeds": len(runs),
+                         "test success (mean ± std over seeds)": f"{runs['test_success'].mean():.1%} ± "
+                                                                 f"{runs['test_success'].std(ddof=0):.1%}",
+                         "per seed": ", ".join(f"{v:.1%}" for v in runs["test_success"]),
+                         "test mean score": f"{runs['test_score'].mean():.3f}",
+                         "mean steps": f"{runs['test_steps'].mean():.2f}",
+                         "iterations": int(runs["iterations"].iloc[0]),
+                         "training minutes per seed (CPU)": f"{runs['train_seconds'].mean() / 60:.1f}"})
+    rows.insert(0, {"policy": "pi_ref (start)", "seeds": "-", "test success (mean ± std over seeds)":
+                    f"{ref['test_success']:.1%}", "per seed": "-", "test mean score": f"{ref['test_score']:.3f}",
+                    "mean steps": f"{ref['test_steps']:.2f}", "iterations": 0, "training minutes per seed (CPU)": "-"})
+    return _markdown(pd.DataFrame(rows))
+
+
+def bench_train_table(results: Path = RESULTS_DIR) -> str | None:
+    path = results / "bench_train.json"
+    if not path.exists():
+        return None
+    r = json.loads(path.read_text())
+    table = pd.DataFrame([{
+        "goals per iteration": r["batch_goals"], "device": r["device"], "threads": r["torch_threads"],
+        "iteration s (median)": f"{r['seconds_median']:.2f}", "rollout s": f"{r['rollout_seconds_median']:.2f}",
+        "policy forward s": f"{r['policy_forward_seconds_median']:.2f}", "π_ref scoring s": f"{r['ref_seconds_median']:.2f}",
+        "backward + step s": f"{r['update_seconds_median']:.2f}", "target s": f"{r['target_seconds']:.0f}"}])
+    return _markdown(table)
+
+
 SECTIONS = {"baselines": baselines_table, "bench-env": bench_env_table, "pi-ref": pi_ref_table,
-            "bench-rollout": bench_rollout_table}
+            "bench-rollout": bench_rollout_table, "trained": trained_table, "bench-train": bench_train_table}
 
 
 def render_readme(text: str, results: Path = RESULTS_DIR) -> str:

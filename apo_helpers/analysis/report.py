@@ -25,7 +25,10 @@ class NotebookFailed(RuntimeError):
 
 
 def notebooks(directory: Path = NOTEBOOK_DIR) -> list[Path]:
-    """The numbered notebooks, in order."""
+    """The numbered notebooks, in order; a script without its notebook yet gets one (jupytext pairs them)."""
+    scripts = [p for p in sorted(directory.glob("[0-9][0-9]_*.py")) if not p.with_suffix(".ipynb").exists()]
+    if scripts:
+        subprocess.run([sys.executable, "-m", "jupytext", "--to", "ipynb", "--quiet", *map(str, scripts)], check=True)
     return sorted(directory.glob("[0-9][0-9]_*.ipynb"))
 
 

@@ -152,7 +152,10 @@ class Trainer:
 
     # one iteration ------------------------------------------------------------------------------------------
     def draw_goals(self):
-        return self.rng.sample(self.goals, min(self.config.batch_goals, len(self.goals)))
+        """``batch_goals`` rollouts: ``batch_goals / group_size`` distinct goals, each ``group_size`` times."""
+        group = max(1, self.config.group_size)
+        distinct = self.rng.sample(self.goals, min(max(1, self.config.batch_goals // group), len(self.goals)))
+        return [g for g in distinct for _ in range(group)]
 
     def iteration(self) -> dict:
         """Phase 1 (rollouts) then phase 2 (one update); returns the iteration's row of the history."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +85,8 @@ class VStarTable:
     """Goals removed by ``drop_unsolved``."""
     loaded: bool = False
     """True when the table came from the cache."""
+    seconds: float | None = None
+    """Seconds stage 1 spent sampling (read back from the cache's meta.json; None when unknown)."""
 
     def goals(self, catalog: Catalog | None = None) -> list[Goal]:
         catalog = catalog or default_catalog()
@@ -141,7 +144,7 @@ def load_vstar(directory) -> VStarTable:
         raise DataFileError(f"{directory}: not a V* table ({e})") from None
     if table["vstar"].isna().any():
         raise DataFileError(f"{path}: empty V* values")
-    return VStarTable(table, meta["key"], meta.get("dropped", 0), loaded=True)
+    return VStarTable(table, meta["key"], meta.get("dropped", 0), loaded=True, seconds=meta.get("seconds"))
 
 
 def stage1(model, tokenizer, profile: Profile, cache_dir=None, goals: list[Goal] | None = None, seed: int | None = None,
@@ -155,6 +158,7 @@ def stage1(model, tokenizer, profile: Profile, cache_dir=None, goals: list[Goal]
     if folder is not None and (folder / "vstar.csv").exists():
         return load_vstar(folder)
     seed_everything(seed)
+    start = time.perf_counter()
     rewards, _ = sample_rewards(model, tokenizer, goals, config.vstar_samples, profile, config.vstar_temperature,
                                 progress)
     table = vstar_table(goals, rewards, config.beta1)
@@ -163,8 +167,9 @@ def stage1(model, tokenizer, profile: Profile, cache_dir=None, goals: list[Goal]
         keep = table["max"] > 0
         dropped = int((~keep).sum())
         table = table[keep].reset_index(drop=True)
-    result = VStarTable(table, key, dropped)
+    result = VStarTable(table, key, dropped, seconds=round(time.perf_counter() - start, 1))
     if folder is not None:
-        save_vstar(result, folder, {"N": config.vstar_samples, "beta1": config.beta1, "goals": len(goals),
+        save_vstar(result, folder, {"seconds": result.seconds, "N": config.vstar_samples, "beta1": config.beta1,
+                                    "goals": len(goals),
                                     "temperature": config.vstar_temperature, "seed": seed, "profile": profile.name})
     return result
