@@ -185,14 +185,15 @@ def cmd_train(args) -> int:
                             resume=args.resume, progress=not args.json)
         rows.append(metrics)
         print(json.dumps(metrics), flush=True)
-    seed_everything(profile.seed)
-    ref_model, tokenizer = load_policy(ref, device())
-    ref_result, _ = evaluate_policy(ref_model, tokenizer, "test", profile.apo.test_episodes, profile, name="pi_ref",
-                                    progress=False)
-    s = ref_result.summary()
-    rows.append({"objective": "pi_ref", "seed": None, "profile": profile.name, "iterations": 0,
-                 "test_success": s["success_rate"], "test_score": s["mean_score"], "test_steps": s["mean_steps"],
-                 "test_invalid_rate": s["invalid_rate"]})
+    if not args.skip_ref:
+        seed_everything(profile.seed)
+        ref_model, tokenizer = load_policy(ref, device())
+        ref_result, _ = evaluate_policy(ref_model, tokenizer, "test", profile.apo.test_episodes, profile,
+                                        name="pi_ref", progress=False)
+        s = ref_result.summary()
+        rows.append({"objective": "pi_ref", "seed": None, "profile": profile.name, "iterations": 0,
+                     "test_success": s["success_rate"], "test_score": s["mean_score"], "test_steps": s["mean_steps"],
+                     "test_invalid_rate": s["invalid_rate"]})
     table = pd.DataFrame(rows)
     atomic_write_text(out / "results.csv", table.to_csv(index=False))
     curves = pd.concat([pd.read_csv(out / f"seed_{seed}" / "history.csv").assign(seed=seed) for seed in args.seeds])
@@ -203,8 +204,26 @@ def cmd_train(args) -> int:
         atomic_write_text(RESULTS_DIR / f"{stem}_history.csv", curves.to_csv(index=False))
         atomic_write_text(RESULTS_DIR / f"{stem}_evals.csv", evals.to_csv(index=False))
     trained = table[table["objective"] != "pi_ref"]
+    reference = "" if args.skip_ref else f"; pi_ref {s['success_rate']:.3f}"
     print(f"{args.objective}: test success {trained['test_success'].mean():.3f} +- {trained['test_success'].std(ddof=0):.3f} "
-          f"over {len(trained)} seeds; pi_ref {s['success_rate']:.3f}; results in {out / 'results.csv'}")
+          f"over {len(trained)} seeds{reference}; results in {out / 'results.csv'}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def cmd_compare(args) -> int:
+    """Every objective from the same pi_ref, goals and budget; curves and a summary per objective."""
+    from .apo.compare import compare
+
+    profile = get_profile(args.profile)
+    out = Path(args.out or f"runs/compare_{profile.name}")
+    summary, curves = compare(args.objectives, args.seeds, profile.name, out, args.ref, args.vstar, args.iterations,
+                              args.target, args.set, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    atomic_write_text(out / "summary.csv", summary.to_csv(index=False))
+    atomic_write_text(out / "curves.csv", curves.to_csv(index=False))
+    if args.save:
+        atomic_write_text(RESULTS_DIR / f"compare_{profile.name}_summary.csv", summary.to_csv(index=False))
+        atomic_write_text(RESULTS_DIR / f"compare_{profile.name}_curves.csv", curves.to_csv(index=False))
+    print(summary.to_json(orient="records") if args.json else summary.round(3).to_string(index=False))
     return 0
 
 
@@ -334,8 +353,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override APOConfig fields, e.g. --set beta2=0.01 temperature=0.7")
     p.add_argument("--resume", action="store_true", help="continue each seed from its latest checkpoint")
     p.add_argument("--save", action="store_true", help="also write data/results/<objective>_<profile>_*.csv")
+    p.add_argument("--skip-ref", action="store_true", help="do not evaluate pi_ref on test (the comparison does once)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("compare", help="every objective from the same pi_ref and budget: curves, time, memory")
+    p.add_argument("--objectives", nargs="+", default=["apo", "grpo", "ppo", "starpo_s", "kl_pg", "weighted_sft"])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--profile", default=None)
+    p.add_argument("--ref", default=None)
+    p.add_argument("--vstar", default="runs/vstar")
+    p.add_argument("--iterations", type=int, default=None)
+    p.add_argument("--target", type=float, default=0.8, help="val success whose time-to-reach is reported")
+    p.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="APOConfig overrides for every run")
+    p.add_argument("--out", default=None, help="default: runs/compare_<profile>")
+    p.add_argument("--save", action="store_true", help="write data/results/compare_<profile>_{summary,curves}.csv")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("bench", help="benchmarks (medians over repeats)")
     p.add_argument("what", choices=["env", "rollout", "train"])

@@ -429,3 +429,55 @@ def test_groups_repeat_each_goal(ref_dir, vstar):
     assert len(goals) == 4 and goals[0] == goals[1] and goals[2] == goals[3] and goals[0] != goals[2]
     single = _trainer(ref_dir, vstar).draw_goals()
     assert len(single) == P.apo.batch_goals and len({(g.split, g.index) for g in single}) == len(single)
+
+
+@pytest.mark.parametrize("objective", sorted(OBJECTIVES))
+def test_every_objective_runs_in_the_loop(ref_dir, vstar, objective):
+    profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, batch_goals=4, group_size=2))
+    shifted = VStarTable(vstar.table.assign(vstar=vstar.table["vstar"] + 0.5), vstar.key)
+    trainer = _trainer(ref_dir, shifted, objective=objective, profile=profile)
+    start = weights_hash(trainer.model)
+    row = trainer.iteration()
+    assert math.isfinite(row["loss"]) and row["trained_tokens"] > 0
+    assert (weights_hash(trainer.model) != start) or objective in ("grpo", "starpo_s")  # equal rewards: no signal
+
+
+def test_ppo_values_cover_every_turn(ref_dir, vstar):
+    trainer = _trainer(ref_dir, vstar, objective="ppo")
+    trajectories = trainer_module.rollout(trainer.model, trainer.tokenizer, vstar.goals()[:3],
+                                          trainer_module.Sampling(), P.policy, P.policy_env())
+    inputs = trainer_module.objective_inputs(trainer.model, trainer.ref_model, trajectories, trainer.tokenizer, vstar,
+                                             P, value_head=trainer.value_head)
+    turns = sum(t.num_turns for t in trajectories)
+    assert inputs.values.shape == (turns,) and inputs.turn_rewards.shape == (turns,)
+    assert inputs.token_turn.shape == inputs.token_logp.shape
+    # every token's turn belongs to the token's trajectory
+    assert torch.equal(inputs.turn_row[inputs.token_turn], inputs.token_row)
+    assert inputs.turn_rewards.sum().item() == pytest.approx(sum(t.reward for t in trajectories), abs=1e-5)
+    assert inputs.values.requires_grad
+
+
+def test_ppo_checkpoint_keeps_the_value_head(ref_dir, vstar, tmp_path):
+    trainer = _trainer(ref_dir, vstar, tmp_path, iterations=2, objective="ppo")
+    with torch.no_grad():
+        trainer.value_head.linear.bias.fill_(0.25)
+    trainer.run(progress=False)
+    assert (latest_checkpoint(tmp_path) / "value_head.safetensors").exists()
+    resumed = _trainer(ref_dir, vstar, tmp_path, objective="ppo")
+    resumed.load_checkpoint()
+    assert torch.equal(resumed.value_head.linear.bias, trainer.value_head.linear.bias)
+
+
+def test_compare_runs_each_objective_in_its_own_process(ref_dir, tmp_path):
+    from apo_helpers.apo.compare import compare, time_to_target
+
+    summary, curves = compare(["apo", "grpo"], [0], "ci", tmp_path / "cmp", str(ref_dir), str(tmp_path / "vs"),
+                              iterations=1, target=0.0, progress=lambda line: None)
+    assert summary["objective"].tolist() == ["apo", "grpo"]
+    assert (summary["peak_memory_mb"] > 0).all()
+    assert summary.set_index("objective").loc["apo", "stage1_seconds"] > 0     # A*PO pays for V*
+    assert summary.set_index("objective").loc["grpo", "stage1_seconds"] == 0
+    assert set(curves.columns) >= {"objective", "seed", "iteration", "seconds", "episodes", "tokens", "success"}
+    assert curves.groupby("objective")["iteration"].apply(list).to_dict() == {"apo": [0, 1], "grpo": [0, 1]}
+    first = curves[curves["objective"] == "apo"]
+    assert time_to_target(first, 0.0) == 0.0 and time_to_target(first, 1.01) is None

@@ -33,8 +33,9 @@ from ..config import Profile, device as default_device, seed_everything
 from ..files import atomic_write_text
 from ..policy.prompts import encode_chat, episode_chats
 from ..policy.rollout import Sampling, Trajectory, rollout
-from ..policy.scoring import collate, selected_logprobs
+from ..policy.scoring import collate, selected_logprobs_and_hidden
 from .losses import OBJECTIVES, ObjectiveInputs, kl_estimate
+from .value_head import ValueHead, turn_positions
 from .vstar import VStarTable
 
 CHECKPOINTS = "checkpoints"
@@ -57,25 +58,71 @@ def trained_sequences(trajectories: list[Trajectory], tokenizer, window, part: s
     return sequences, masks, owner
 
 
-def score_tokens(model, sequences, masks, owner, pad_id: int, micro_batch: int, with_entropy: bool = False):
-    """Log-probs of the masked tokens of ``sequences`` -> flat ``(logp, trajectory of each token, entropy)``.
+def chat_first_turns(trajectories: list[Trajectory], window) -> list[int]:
+    """For each chat of ``trained_sequences``, the global index (over all turns of all trajectories) of the turn its
+    first assistant reply answers: one chat per turn with ``window=1``, one chat of every turn with ``window=None``."""
+    if window not in (1, None):
+        raise ValueError(f"per-turn values need window=1 or None (a chat per turn or one chat), got {window}")
+    firsts, offset = [], 0
+    for t in trajectories:
+        firsts += list(range(offset, offset + t.num_turns)) if window == 1 else [offset]
+        offset += t.num_turns
+    return firsts
+
+
+@dataclass
+class TurnValues:
+    """A critic's output for PPO: one value per turn, and the turn of each scored token."""
+
+    values: torch.Tensor
+    """(T,) V(s_t) at the last prompt token of each turn (differentiable)."""
+    token_turn: torch.Tensor
+    """(N,) the global turn index of each scored token, in ``score_tokens``' order."""
+
+
+def score_tokens(model, sequences, masks, owner, pad_id: int, micro_batch: int, with_entropy: bool = False,
+                 value_head=None, first_turns: list[int] | None = None, total_turns: int = 0):
+    """Log-probs of the masked tokens of ``sequences`` -> flat ``(logp, trajectory of each token, entropy, values)``.
 
     Chats are sorted by length and scored ``micro_batch`` at a time (less padding, bounded memory); the result is
     in a fixed order, so the same batch always gives the same tensors. Gradients flow when enabled by the caller.
+    With a ``value_head`` (PPO), the same forward pass also gives one value per turn (``TurnValues``); ``first_turns``
+    (from ``chat_first_turns``) places each chat's replies among the ``total_turns`` turns.
     """
     dev = next(model.parameters()).device
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
-    logps, rows, entropies = [], [], []
+    logps, rows, entropies, token_turns = [], [], [], []
+    values = torch.zeros(total_turns, device=dev) if value_head is not None else None
     for start in range(0, len(order), micro_batch):
         chunk = order[start: start + micro_batch]
         ids, attn, mask = collate([sequences[i] for i in chunk], [masks[i] for i in chunk], pad_id, dev)
         with _autocast(dev):
-            logp, chat_rows, entropy = selected_logprobs(model, ids, attn, mask, with_entropy)
+            logp, chat_rows, entropy, hidden = selected_logprobs_and_hidden(model, ids, attn, mask, with_entropy)
         logps.append(logp.float())
         rows.append(torch.tensor([owner[i] for i in chunk], device=dev)[chat_rows])
         if with_entropy:
             entropies.append(entropy.float())
-    return torch.cat(logps), torch.cat(rows), (torch.cat(entropies) if with_entropy else None)
+        if value_head is not None:
+            values = values + _turn_values(value_head, hidden, chunk, masks, first_turns, total_turns, token_turns)
+    token_turn = torch.tensor(token_turns, device=dev, dtype=torch.long) if value_head is not None else None
+    return (torch.cat(logps), torch.cat(rows), (torch.cat(entropies) if with_entropy else None),
+            TurnValues(values, token_turn) if value_head is not None else None)
+
+
+def _turn_values(value_head, hidden, chunk, masks, first_turns, total_turns, token_turns):
+    """Values of the turns answered in one micro-batch, scattered into a (total_turns,) tensor; extends
+    ``token_turns`` with the global turn of each masked token (row by row, as ``selected_logprobs`` orders them)."""
+    batch_rows, positions, turns = [], [], []
+    for row, i in enumerate(chunk):
+        spans, token_span = turn_positions(masks[i])
+        batch_rows += [row] * len(spans)
+        positions += spans
+        turns += [first_turns[i] + k for k in range(len(spans))]
+        token_turns += [first_turns[i] + k for k in token_span]
+    dev = hidden.device
+    predicted = value_head(hidden, torch.tensor(batch_rows, device=dev), torch.tensor(positions, device=dev))
+    return torch.zeros(total_turns, device=dev, dtype=predicted.dtype).index_add(
+        0, torch.tensor(turns, device=dev), predicted)
 
 
 def _autocast(dev):
@@ -86,19 +133,23 @@ def _autocast(dev):
 
 
 def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTable, profile: Profile,
-                     with_entropy: bool = True, timings: dict | None = None) -> ObjectiveInputs:
+                     with_entropy: bool = True, timings: dict | None = None, value_head=None) -> ObjectiveInputs:
     """Score a batch under the policy (differentiable) and pi_ref (no gradients) -> ``ObjectiveInputs``.
 
-    ``timings``, when given, receives the seconds of the policy's and pi_ref's forward passes."""
+    ``timings``, when given, receives the seconds of the policy's and pi_ref's forward passes. With a
+    ``value_head`` (PPO) the inputs also carry per-turn values, rewards and the turn of each token."""
     config = profile.apo
     start = time.perf_counter()
     sequences, masks, owner = trained_sequences(trajectories, tokenizer, profile.policy.window, config.logprob_tokens)
-    token_logp, rows, entropy = score_tokens(model, sequences, masks, owner, tokenizer.pad_token_id,
-                                             config.micro_batch, with_entropy)
+    first_turns = chat_first_turns(trajectories, profile.policy.window) if value_head is not None else None
+    total_turns = sum(t.num_turns for t in trajectories)
+    token_logp, rows, entropy, critic = score_tokens(model, sequences, masks, owner, tokenizer.pad_token_id,
+                                                     config.micro_batch, with_entropy, value_head, first_turns,
+                                                     total_turns)
     middle = time.perf_counter()
     with torch.no_grad():
-        token_logp_ref, _, _ = score_tokens(ref_model, sequences, masks, owner, tokenizer.pad_token_id,
-                                            config.micro_batch)
+        token_logp_ref, _, _, _ = score_tokens(ref_model, sequences, masks, owner, tokenizer.pad_token_id,
+                                               config.micro_batch)
     if timings is not None:
         timings.update(policy_forward_seconds=middle - start, ref_seconds=time.perf_counter() - middle)
     batch, dev = len(trajectories), token_logp.device
@@ -107,6 +158,11 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
         return torch.zeros(batch, device=dev, dtype=values.dtype).index_add(0, rows, values)
 
     goal_ids = {}
+    per_turn = {}
+    if critic is not None:
+        per_turn = dict(values=critic.values, token_turn=critic.token_turn,
+                        turn_row=torch.tensor([row for row, t in enumerate(trajectories) for _ in t.turns], device=dev),
+                        turn_rewards=torch.tensor([u.reward for t in trajectories for u in t.turns], device=dev))
     return ObjectiveInputs(
         logp=per_trajectory(token_logp), logp_ref=per_trajectory(token_logp_ref),
         reward=torch.tensor([t.reward for t in trajectories], device=dev, dtype=torch.float32),
@@ -115,7 +171,7 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
         group=torch.tensor([goal_ids.setdefault((t.goal.split, t.goal.index), len(goal_ids)) for t in trajectories],
                            device=dev),
         token_logp=token_logp, token_logp_ref=token_logp_ref, token_logp_old=token_logp.detach(),
-        token_row=rows, entropy=entropy)
+        token_row=rows, entropy=entropy, **per_turn)
 
 
 # ------------------------------------------------------------------------------------------------ the loop
@@ -145,7 +201,10 @@ class Trainer:
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.goals = vstar.goals()
         self.ref_model.eval().requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=self.config.lr, weight_decay=0.0, betas=(0.9, 0.95))
+        # PPO's critic: a value head on the policy's last hidden state, trained with it
+        self.value_head = ValueHead(model.config.hidden_size).to(_device_of(model)) if objective == "ppo" else None
+        parameters = list(model.parameters()) + (list(self.value_head.parameters()) if self.value_head else [])
+        self.optimizer = torch.optim.AdamW(parameters, lr=self.config.lr, weight_decay=0.0, betas=(0.9, 0.95))
         self.rng = random.Random(seed)
         self.state = TrainState(0, pd.DataFrame(), pd.DataFrame())
         seed_everything(seed)
@@ -167,7 +226,7 @@ class Trainer:
         self.model.train()
         timings = {"rollout_seconds": rollout_s}
         inputs = objective_inputs(self.model, self.ref_model, trajectories, self.tokenizer, self.vstar, self.profile,
-                                  timings=timings)
+                                  timings=timings, value_head=self.value_head)
         update_start = time.perf_counter()
         loss, stats = self.objective(inputs, config)
         lr = config.lr * min(1.0, (self.state.iteration + 1) / max(1, config.warmup))
@@ -175,7 +234,8 @@ class Trainer:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]],
+                                                   config.grad_clip)
         self.optimizer.step()
         self.model.eval()
         timings["update_seconds"] = time.perf_counter() - update_start
@@ -235,6 +295,8 @@ class Trainer:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         save_model(self.model, str(tmp / "model.safetensors"))  # handles the tied input/output embeddings
+        if self.value_head is not None:
+            save_model(self.value_head, str(tmp / "value_head.safetensors"))
         rng = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
@@ -267,6 +329,8 @@ class Trainer:
             raise ValueError(f"{path} was saved by a run with another V* table or objective "
                              f"({state['objective']}, {state['vstar_key']})")
         load_model(self.model, str(path / "model.safetensors"), device=str(_device_of(self.model)))
+        if self.value_head is not None:
+            load_model(self.value_head, str(path / "value_head.safetensors"), device=str(_device_of(self.model)))
         saved = torch.load(path / "trainer_state.pt", weights_only=True, map_location="cpu")
         self.optimizer.load_state_dict(saved["optimizer"])
         torch.set_rng_state(saved["rng"]["torch"])
@@ -280,6 +344,15 @@ class Trainer:
                             + tuple(state["numpy_rng"][2:]))
         self.state = TrainState(state["iteration"], pd.read_csv(path / "history.csv"), pd.read_csv(path / "evals.csv"))
         return self.state.iteration
+
+
+def peak_memory_mb() -> float:
+    """Peak GPU memory allocated by torch on CUDA, else the peak resident memory of this process (MiB)."""
+    if torch.cuda.is_available():
+        return round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux reports KiB
 
 
 def _device_of(model):
@@ -341,6 +414,7 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
                "train_seconds": round(float(state.history["seconds"].sum()), 1),
                "wall_seconds_this_call": round(time.perf_counter() - start, 1),
                "episodes": int(state.iteration * profile.apo.batch_goals),
-               "generated_tokens": int(state.history["generated_tokens"].sum()), "vstar_key": vstar.key}
+               "generated_tokens": int(state.history["generated_tokens"].sum()), "vstar_key": vstar.key,
+               "vstar_seconds": vstar.seconds, "peak_memory_mb": peak_memory_mb(), "device": str(_device_of(model))}
     atomic_write_text(out_dir / "metrics.json", json.dumps(metrics, indent=1) + "\n")
     return metrics

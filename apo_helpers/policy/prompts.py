@@ -129,7 +129,8 @@ def encode_chat(tokenizer, messages: list[dict], part: str = "all") -> tuple[lis
         end = at + len(message["content"])
         if part == "answer":
             answer = message["content"].rfind("<answer>")
-            at = at + answer if answer >= 0 else end  # a reply without an answer trains no token
+            # from the space before the tag: tokenizers fold it into the tag's first token (" <answer>", "Ġ<")
+            at = at + len(message["content"][:answer].rstrip()) if answer >= 0 else end  # no answer: no token
         spans.append((at, end))
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     mask = [int(any(lo <= a and b <= hi for lo, hi in spans) and b > a) for a, b in encoded["offset_mapping"]]

@@ -45,13 +45,19 @@ def selected_logprobs(model, input_ids, attention_mask, loss_mask, with_entropy:
     entropy of the predicted distribution at each. Projecting only the trained positions onto the vocabulary
     saves most of the output layer's cost when, as in imitation, few tokens of a sequence are trained on.
     """
-    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
+    return selected_logprobs_and_hidden(model, input_ids, attention_mask, loss_mask, with_entropy)[:3]
+
+
+def selected_logprobs_and_hidden(model, input_ids, attention_mask, loss_mask, with_entropy: bool = False):
+    """``selected_logprobs`` plus the last hidden states ``(B, T, H)`` of the same forward pass (for a critic)."""
+    hidden_all = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    hidden = hidden_all[:, :-1]
     rows, cols = loss_mask[:, 1:].nonzero(as_tuple=True)
     logits = model.get_output_embeddings()(hidden[rows, cols]).float()
     logp_all = torch.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, input_ids[rows, cols + 1].unsqueeze(-1)).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
-    return logp, rows, entropy
+    return logp, rows, entropy, hidden_all
 
 
 def sequence_logprob_sums(model, input_ids, attention_mask, loss_mask) -> torch.Tensor:

@@ -1,0 +1,106 @@
+"""Every objective from the same pi_ref, goals and budget, side by side (notebook 05).
+
+``compare`` runs ``python -m apo_helpers train`` once per (objective, seed) in a fresh process, so each run's peak
+memory is its own, then joins their histories and val evaluations into curves against wall-clock seconds,
+environment episodes and generated tokens, and a summary per objective. A*PO's stage 1 (and the V* the simpler
+variants use) is reported separately and added in, since the paper's comparison leaves open whether it counts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+OBJECTIVE_SETTINGS = {
+    "apo": [],
+    "grpo": ["group_size=8"],
+    "starpo_s": ["group_size=8"],
+    "ppo": [],
+    "kl_pg": [],
+    "weighted_sft": [],
+}
+"""``--set`` overrides per objective: the group objectives sample 8 rollouts per goal (GRPO's n; 32 episodes per
+iteration stay 32 episodes); the others one rollout per goal."""
+USES_VSTAR = {"apo", "kl_pg", "weighted_sft"}
+"""Objectives whose targets use stage 1's V* (they pay for it)."""
+
+
+def run_one(objective: str, seed: int, profile: str, out: Path, ref: str | None, vstar: str,
+            iterations: int | None, extra: list[str]) -> dict:
+    """One training run in its own process; returns its metrics.json."""
+    command = [sys.executable, "-m", "apo_helpers", "train", "--objective", objective, "--profile", profile,
+               "--seeds", str(seed), "--out", str(out), "--vstar", vstar, "--resume", "--json", "--skip-ref",
+               "--set", *OBJECTIVE_SETTINGS.get(objective, []), *extra]
+    if ref:
+        command += ["--ref", ref]
+    if iterations:
+        command += ["--iterations", str(iterations)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"training {objective} seed {seed} failed:\n{done.stderr[-3000:]}")
+    return json.loads((out / f"seed_{seed}" / "metrics.json").read_text())
+
+
+def curves(out: Path, objective: str, seed: int, batch_goals: int) -> pd.DataFrame:
+    """Val success at each evaluation against cumulative training seconds, episodes and generated tokens."""
+    run = out / f"seed_{seed}"
+    history, evals = pd.read_csv(run / "history.csv"), pd.read_csv(run / "evals.csv")
+    cumulative = pd.DataFrame({"iteration": [0, *history["iteration"]],
+                               "seconds": [0.0, *history["seconds"].cumsum()],
+                               "episodes": [0, *(history["iteration"] * batch_goals)],
+                               "tokens": [0, *history["generated_tokens"].cumsum()]})
+    table = evals.merge(cumulative, on="iteration", how="left")
+    return table.assign(objective=objective, seed=seed)[["objective", "seed", "iteration", "seconds", "episodes",
+                                                         "tokens", "success", "score"]]
+
+
+def time_to_target(curve: pd.DataFrame, target: float) -> float | None:
+    """Training seconds until val success first reaches ``target`` (None when it never does)."""
+    reached = curve[curve["success"] >= target]
+    return float(reached["seconds"].iloc[0]) if len(reached) else None
+
+
+def summarize(metrics: list[dict], all_curves: pd.DataFrame, target: float) -> pd.DataFrame:
+    """One row per objective: test success mean and spread over seeds, score, time to target (with and without
+    stage 1), episodes, tokens, peak memory."""
+    rows = []
+    frame = pd.DataFrame(metrics)
+    for objective, runs in frame.groupby("objective", sort=False):
+        stage1 = float(runs["vstar_seconds"].dropna().max()) if objective in USES_VSTAR and \
+            runs["vstar_seconds"].notna().any() else 0.0
+        reach = [time_to_target(all_curves[(all_curves["objective"] == objective) & (all_curves["seed"] == s)], target)
+                 for s in runs["seed"]]
+        reached = [r for r in reach if r is not None]
+        rows.append({"objective": objective, "seeds": len(runs),
+                     "test_success": runs["test_success"].mean(), "test_success_std": runs["test_success"].std(ddof=0),
+                     "test_score": runs["test_score"].mean(), "train_seconds": runs["train_seconds"].mean(),
+                     "stage1_seconds": stage1, "total_seconds": runs["train_seconds"].mean() + stage1,
+                     f"seconds_to_val_{target:g}": sum(reached) / len(reached) if reached else None,
+                     "seeds_reaching_target": len(reached),
+                     "episodes": runs["episodes"].mean(), "generated_tokens": runs["generated_tokens"].mean(),
+                     "peak_memory_mb": runs["peak_memory_mb"].max()})
+    return pd.DataFrame(rows)
+
+
+def compare(objectives: list[str], seeds: list[int], profile: str, out_dir, ref: str | None = None,
+            vstar: str = "runs/vstar", iterations: int | None = None, target: float = 0.8,
+            extra: list[str] | None = None, progress=print) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Train every (objective, seed) and return ``(summary, curves)``; each run resumes when its folder exists."""
+    from ..config import get_profile
+
+    batch = get_profile(profile).apo.batch_goals
+    out_dir = Path(out_dir)
+    metrics, all_curves = [], []
+    for objective in objectives:
+        for seed in seeds:
+            result = run_one(objective, seed, profile, out_dir / objective, ref, vstar, iterations, extra or [])
+            metrics.append(result)
+            all_curves.append(curves(out_dir / objective, objective, seed, batch))
+            progress(json.dumps({k: result[k] for k in ("objective", "seed", "test_success", "train_seconds",
+                                                         "peak_memory_mb")}))
+    table = pd.concat(all_curves, ignore_index=True)
+    return summarize(metrics, table, target), table
