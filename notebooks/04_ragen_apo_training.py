@@ -188,7 +188,33 @@ if history_path.exists() and evals_path.exists():
     plt.show()
 
 # %% [markdown]
-# ## 5. Before and after, on the same goals
+# ## 5. β₂: how far the policy may move from π_ref
+#
+# The paper's β₂ = 1e-3 was set for single-turn math with ~1k-token answers. Here a trajectory has a few hundred
+# assistant tokens and rewards in [−1, 1]; the regression's optimum sets log π/π_ref = (r − V*)/β₂, so β₂ bounds
+# how far a trajectory's log-probability may move. `python -m apo_helpers sweep --name beta2 --values ... --save`
+# runs one shorter run per value (same seed, goals and budget) and commits `data/results/sweep_beta2_class.csv`.
+
+# %%
+sweep_path, sweep_history_path = RESULTS_DIR / "sweep_beta2_class.csv", RESULTS_DIR / "sweep_beta2_class_history.csv"
+if sweep_path.exists() and sweep_history_path.exists():
+    sweep, sweep_history = pd.read_csv(sweep_path), pd.read_csv(sweep_history_path)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3))
+    for beta2, part in sweep_history.groupby("beta2"):
+        axes[0].plot(part["iteration"], part["log_ratio_abs"].rolling(5, min_periods=1).mean(), label=f"β₂ = {beta2}")
+        axes[1].plot(part["iteration"], part["reward"].rolling(5, min_periods=1).mean(), label=f"β₂ = {beta2}")
+    axes[0].set_title("|log π/π_ref| per trajectory (5-iteration mean)"); axes[0].set_yscale("log")
+    axes[1].set_title("training reward (5-iteration mean)")
+    for ax in axes:
+        ax.set_xlabel("iteration"); ax.legend(fontsize=8)
+    plots.save(fig, "04_beta2_sweep")
+    plt.show()
+    display(sweep.round(3))
+else:
+    print("no committed sweep yet: python -m apo_helpers sweep --name beta2 --values 0.01 0.1 1.0 --save")
+
+# %% [markdown]
+# ## 6. Before and after, on the same goals
 #
 # The viewer shows π_ref's and the trained policy's greedy episodes on the same test goals. The trained policy is
 # seed 0 of the committed runs when its folder is on this machine, else the live run's policy.
@@ -218,7 +244,7 @@ EpisodeViewer([after[i] for i in changed] or after[:10], title=f"{label}: goals 
 HTML(episodes_html([x for i in changed[:2] for x in (before[i], after[i])], max_episodes=4))
 
 # %% [markdown]
-# ## 6. Exercises
+# ## 7. Exercises
 #
 # 1. **The optimum.** For one trajectory with log π_ref = −20, r = 1 and V* = 0.6, which log π makes the loss zero
 #    with β₂ = 0.1? Put it in `my_logp` and check it below.

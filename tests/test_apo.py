@@ -481,3 +481,12 @@ def test_compare_runs_each_objective_in_its_own_process(ref_dir, tmp_path):
     assert curves.groupby("objective")["iteration"].apply(list).to_dict() == {"apo": [0, 1], "grpo": [0, 1]}
     first = curves[curves["objective"] == "apo"]
     assert time_to_target(first, 0.0) == 0.0 and time_to_target(first, 1.01) is None
+
+
+def test_sweep_reports_kl_per_value(ref_dir, tmp_path, capsys):
+    assert main(["sweep", "--name", "beta2", "--values", "0.5", "--profile", "ci", "--ref", str(ref_dir),
+                 "--vstar", str(tmp_path / "vs"), "--iterations", "1", "--out", str(tmp_path / "sw"), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["beta2"] for r in rows] == ["0.5"]
+    assert {"test_success", "val_success", "kl_last_quarter", "log_ratio_abs_last_quarter"} <= set(rows[0])
+    assert (tmp_path / "sw" / "beta2=0.5" / "seed_0" / "metrics.json").exists()

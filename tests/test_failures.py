@@ -10,8 +10,8 @@ from hypothesis import given, settings, strategies as st
 
 from apo_helpers.analysis import failures
 from apo_helpers.analysis.evaluate import Episode, episode_from_trajectory, evaluate
-from apo_helpers.analysis.failures import (CLASSES, FAILURE_CLASSES, SUCCESS, class_shares, classify, examples,
-                                           explain, failure_table, per_category, plot_failure_classes, view)
+from apo_helpers.analysis.failures import (CLASSES, FAILURE_CLASSES, SUCCESS, bought_product, class_shares, classify,
+                                           examples, explain, failure_table, per_category, plot_failure_classes, view)
 from apo_helpers.policy.prompts import Turn, format_response
 from apo_helpers.policy.rollout import Trajectory
 from apo_helpers.webshop.agents import make_agent
@@ -264,6 +264,22 @@ def test_examples(scripted):
         examples(rule, "bad_luck")
 
 
+def test_bought_product(scripted):
+    for e in scripted["rule"].episodes[:10]:  # the rule agent always buys
+        product = bought_product(e)
+        assert product is not None and product.title in e.observations[-1]
+        assert f"Price: ${product.price:.2f}" in e.observations[-1]
+    assert bought_product(examples(scripted["random"], "search_loop", 1)[0]) is None  # nothing bought
+    assert bought_product(episode(["search[hoodie]"])) is None
+    assert bought_product(purchase("wrong_options")) is None  # a made-up product the catalog does not hold
+
+
+def test_a_trajectory_without_a_category_still_gets_a_row():
+    t = trajectory(BUY, BUY_PAGES, bd=PURCHASES["wrong_options"])
+    t.goal = Goal(**(vars(GOAL) | {"category": []}))
+    assert view(t).category == "?" and failure_table([t])["category"].tolist() == ["?"]
+
+
 def test_explain_a_purchase_that_misses_an_attribute(small_catalog):
     text = explain(purchase("missing_attributes"), catalog=small_catalog)  # a goal the catalog does not hold
     assert '"machine washable"' in text and "missing_attributes" in text
@@ -273,6 +289,12 @@ def test_explain_a_purchase_that_misses_an_attribute(small_catalog):
     assert 'target: "Solace Hoodie - zip up, machine washable"' in text and "wrong_options" in text
     assert 'option value "black" was not selected' in text
     assert "\n" not in text
+
+
+def test_explain_an_episode_that_never_left_the_search_page():
+    text = explain(trajectory(["<think>"] * 4, parsed=[False] * 4))
+    assert "(4 invalid, 4 unparsed) the agent never searched" in text
+    assert "It opened no item and never bought anything." in text and "Class: invalid_format" in text
 
 
 def test_explain_real_episodes(scripted):

@@ -24,11 +24,18 @@ other                anything else (a purchase without a breakdown, or a breakdo
 
 Why this order: the episode-level classes come first because without a purchase there is no breakdown to read. Among
 them the most basic problem wins: a reply that does not parse is also an invalid action, and an agent that keeps
-repeating a rejected action is not acting at all before it is looping. Among purchases, the classes follow the order in which the mistake becomes visible to the agent. The type and the price
-stand on the results page (title, ``$price``), the attributes need the title or the detail pages, and the options
-exist only on the item page and need clicks of their own. So a product of the right type that is over budget *and*
-lacks an option counts as ``over_budget``: it should never have been opened. Every term of the reward counts equally,
-so this is a choice about the story, not about the points.
+repeating a rejected action is not acting at all before it is looping. Among purchases, the classes follow the order
+in which the mistake becomes visible to the agent. The type and the price stand on the results page (title,
+``$price``), the attributes need the title or the detail pages, and the options exist only on the item page and need
+clicks of their own. So a product of the right type that is over budget *and* lacks an option counts as
+``over_budget``: it should never have been opened. Every term of the reward counts equally, so this is a choice about
+the story, not about the points.
+
+The classes name symptoms in the reward, not causes. Two known blind spots, both measured in notebook 06:
+``wrong_options`` also holds purchases of a product that does not offer the goal's option value at all (no click
+could have fixed them: a product-choice mistake, found with ``bought_product``; exercise 1 there), and a language
+model's ``missing_attributes`` and ``wrong_type`` often start with a search query that dropped or replaced a word of
+the instruction.
 
 Works on both kinds of episode: ``analysis.evaluate.Episode`` (scripted agents) and ``policy.rollout.Trajectory``
 (language models), both read through one small view, ``EpisodeView`` (``view``). ``Episode`` carries no format
@@ -62,7 +69,8 @@ FAILURE_CLASSES = {
     "wrong_type": "bought a product of another type (r_type < 1)",
     "over_budget": "bought the right type above the budget",
     "missing_attributes": "bought the right type within budget, but it lacks an attribute the goal asks for",
-    "wrong_options": "bought the right product, but did not select every option value the goal asks for",
+    "wrong_options": "bought the right type within budget with every attribute, but a goal option value was not "
+                     "selected",
     "other": "failed in a way no rule above describes (should stay empty)",
 }
 """Failure class -> one-line description, in priority order (the first whose rule holds is the label)."""
@@ -133,7 +141,7 @@ def view(item) -> EpisodeView:
             valid=tuple(u.valid for u in turns), parsed=tuple(u.format_ok for u in turns),
             observations=tuple(u.observation for u in turns), bought=item.breakdown is not None,
             success=item.success, reward=item.env_reward, breakdown=item.breakdown, instruction=goal.instruction,
-            category=goal.category[0], goal_index=goal.index, goal=goal, split=goal.split)
+            category=goal.category[0] if goal.category else "?", goal_index=goal.index, goal=goal, split=goal.split)
     if hasattr(item, "actions"):  # analysis.evaluate.Episode
         return EpisodeView(
             actions=tuple(normalize(a) for a in item.actions), valid=tuple(item.valid), parsed=None,
@@ -259,6 +267,14 @@ def _product(title: str, price: float, catalog: Catalog) -> Product | None:
     return next((p for p in catalog.products if p.title == title and abs(p.price - price) < 0.005), None)
 
 
+def bought_product(item, catalog: Catalog | None = None) -> Product | None:
+    """The catalog product an episode bought (found by the title and price on the page where ``buy now`` was
+    clicked); None when nothing was bought or no product matches."""
+    v = view(item)
+    page = _item_page(v.observations[-1]) if v.bought and v.observations else None
+    return _product(*page, catalog or default_catalog()) if page else None
+
+
 def _selected(v: EpisodeView, product: Product | None) -> list[str]:
     """Option values selected on the bought item's page when buying (clicked values when the product is unknown)."""
     chosen: dict[str, str] = {}
@@ -303,8 +319,8 @@ def explain(item, catalog: Catalog | None = None) -> str:
     text.append(f"In {v.steps} step{'s' * (v.steps != 1)}{f' ({problems})' if problems else ''} the agent {searched}.")
     if not v.bought:
         opened = list(dict.fromkeys(page[0] for o in v.observations if (page := _item_page(o))))
-        text.append(f"It opened {len(opened)} item{'s' * (len(opened) != 1)}"
-                    + (f" ({_quoted(opened[:3])}{', ...' if len(opened) > 3 else ''})" if opened else "")
+        text.append((f"It opened {len(opened)} item{'s' * (len(opened) != 1)} "
+                     f"({_quoted(opened[:3])}{', ...' if len(opened) > 3 else ''})" if opened else "It opened no item")
                     + " and never bought anything.")
         action, count = repetition(v)
         if count > 1:

@@ -104,3 +104,24 @@ def compare(objectives: list[str], seeds: list[int], profile: str, out_dir, ref:
                                                          "peak_memory_mb")}))
     table = pd.concat(all_curves, ignore_index=True)
     return summarize(metrics, table, target), table
+
+
+def sweep(name: str, values: list[str], seed: int, profile: str, out_dir, ref: str | None = None,
+          vstar: str = "runs/vstar", iterations: int | None = None, objective: str = "apo",
+          extra: list[str] | None = None, progress=print) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One run per value of an ``APOConfig`` field (e.g. beta2): its test and val success, and its KL to pi_ref
+    over the last quarter of the iterations; returns ``(table, per-iteration histories)``."""
+    out_dir = Path(out_dir)
+    rows, histories = [], []
+    for value in values:
+        folder = out_dir / f"{name}={value}"
+        result = run_one(objective, seed, profile, folder, ref, vstar, iterations, [*(extra or []), f"{name}={value}"])
+        history = pd.read_csv(folder / f"seed_{seed}" / "history.csv")
+        tail = history.tail(max(1, len(history) // 4))
+        rows.append({name: value, "test_success": result["test_success"], "test_score": result["test_score"],
+                     "val_success": result["val_success"], "kl_last_quarter": tail["kl"].mean(),
+                     "log_ratio_abs_last_quarter": tail["log_ratio_abs"].mean(),
+                     "train_reward_last_quarter": tail["reward"].mean(), "iterations": result["iterations"]})
+        histories.append(history.assign(**{name: value}))
+        progress(json.dumps(rows[-1]))
+    return pd.DataFrame(rows), pd.concat(histories, ignore_index=True)

@@ -17,6 +17,7 @@ import json
 import random
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -95,7 +96,7 @@ class VStarTable:
     def value(self, goal: Goal) -> float:
         return float(self._lookup[(goal.split, goal.index)])
 
-    @property
+    @cached_property
     def _lookup(self) -> dict:
         return {(s, int(i)): v for s, i, v in zip(self.table["split"], self.table["goal_index"], self.table["vstar"])}
 
