@@ -97,6 +97,24 @@ print(f"loaded={again.loaded} in {time.perf_counter() - start:.2f} s (hashing π
 assert again.key == result.key and again.loaded
 
 # %% [markdown]
+# Why not the demonstration goals? π_ref was trained to imitate the expert on those exact goals, and a small model
+# memorises. A quick check with a few samples on goals of each kind:
+
+# %%
+from apo_helpers.apo.vstar import sample_rewards
+from apo_helpers.apo.sft import expert_demonstrations
+
+seen = [d.goal for d in expert_demonstrations(profile, profile.reference.demonstrations)]
+check_goals, check_samples = min(48, len(table)), 4
+seed_everything(profile.seed)
+on_seen, _ = sample_rewards(ref_model, tokenizer, seen[:check_goals], check_samples, profile, progress=False)
+on_unseen, _ = sample_rewards(ref_model, tokenizer, result.goals()[:check_goals], check_samples, profile, progress=False)
+pd.DataFrame({"goals": ["demonstration goals", "stage-1 goals (unseen)"],
+              "sampled success": [np.mean([r >= 1 for rs in on_seen for r in rs]),
+                                  np.mean([r >= 1 for rs in on_unseen for r in rs])],
+              "mean reward": [np.mean(on_seen), np.mean(on_unseen)]}).set_index("goals").round(3)
+
+# %% [markdown]
 # ## 3. What V* says about the goals
 
 # %%

@@ -88,7 +88,7 @@ pd.DataFrame(rows).set_index("objective")
 
 # %%
 load_or_train_reference(profile)
-live_iterations = 1 if profile.name == "ci" else 6
+live_iterations = 1 if profile.name == "ci" else 3
 summary, curves = compare(list(losses.OBJECTIVES), [profile.seed], profile.name,
                           RUNS_DIR / f"compare_live_{profile.name}", str(reference_dir(profile)),
                           str(RUNS_DIR / "vstar"), iterations=live_iterations,
