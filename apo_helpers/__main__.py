@@ -117,6 +117,15 @@ def cmd_sweep_ref(args) -> int:
     return 0
 
 
+def _write_tables(out: Path, local: dict, save: bool, results: dict) -> None:
+    """Write ``{file name: DataFrame}`` under the run folder ``out``, and with ``save`` the ``results`` ones under
+    data/results/ (what the README and notebooks read)."""
+    for name, table in local.items():
+        atomic_write_text(out / name, table.to_csv(index=False))
+    for name, table in (results.items() if save else ()):
+        atomic_write_text(RESULTS_DIR / name, table.to_csv(index=False))
+
+
 def _reference_arg(args, profile):
     from .apo.sft import reference_dir
 
@@ -195,14 +204,11 @@ def cmd_train(args) -> int:
                      "test_success": s["success_rate"], "test_score": s["mean_score"], "test_steps": s["mean_steps"],
                      "test_invalid_rate": s["invalid_rate"]})
     table = pd.DataFrame(rows)
-    atomic_write_text(out / "results.csv", table.to_csv(index=False))
     curves = pd.concat([pd.read_csv(out / f"seed_{seed}" / "history.csv").assign(seed=seed) for seed in args.seeds])
     evals = pd.concat([pd.read_csv(out / f"seed_{seed}" / "evals.csv").assign(seed=seed) for seed in args.seeds])
-    if args.save:
-        stem = f"{args.objective}_{profile.name}"
-        atomic_write_text(RESULTS_DIR / f"{stem}_seeds.csv", table.to_csv(index=False))
-        atomic_write_text(RESULTS_DIR / f"{stem}_history.csv", curves.to_csv(index=False))
-        atomic_write_text(RESULTS_DIR / f"{stem}_evals.csv", evals.to_csv(index=False))
+    stem = f"{args.objective}_{profile.name}"
+    _write_tables(out, {"results.csv": table}, args.save,
+                  {f"{stem}_seeds.csv": table, f"{stem}_history.csv": curves, f"{stem}_evals.csv": evals})
     trained = table[table["objective"] != "pi_ref"]
     reference = "" if args.skip_ref else f"; pi_ref {s['success_rate']:.3f}"
     print(f"{args.objective}: test success {trained['test_success'].mean():.3f} +- {trained['test_success'].std(ddof=0):.3f} "
@@ -218,11 +224,8 @@ def cmd_compare(args) -> int:
     out = Path(args.out or f"runs/compare_{profile.name}")
     summary, curves = compare(args.objectives, args.seeds, profile.name, out, args.ref, args.vstar, args.iterations,
                               args.target, args.set, progress=lambda line: print(line, file=sys.stderr, flush=True))
-    atomic_write_text(out / "summary.csv", summary.to_csv(index=False))
-    atomic_write_text(out / "curves.csv", curves.to_csv(index=False))
-    if args.save:
-        atomic_write_text(RESULTS_DIR / f"compare_{profile.name}_summary.csv", summary.to_csv(index=False))
-        atomic_write_text(RESULTS_DIR / f"compare_{profile.name}_curves.csv", curves.to_csv(index=False))
+    _write_tables(out, {"summary.csv": summary, "curves.csv": curves}, args.save,
+                  {f"compare_{profile.name}_summary.csv": summary, f"compare_{profile.name}_curves.csv": curves})
     print(summary.to_json(orient="records") if args.json else summary.round(3).to_string(index=False))
     return 0
 
@@ -236,10 +239,8 @@ def cmd_sweep(args) -> int:
     table, histories = sweep(args.name, args.values, args.seed, profile.name, out, args.ref, args.vstar,
                              args.iterations, args.objective, args.set,
                              progress=lambda line: print(line, file=sys.stderr, flush=True))
-    atomic_write_text(out / "sweep.csv", table.to_csv(index=False))
-    if args.save:
-        atomic_write_text(RESULTS_DIR / f"sweep_{args.name}_{profile.name}.csv", table.to_csv(index=False))
-        atomic_write_text(RESULTS_DIR / f"sweep_{args.name}_{profile.name}_history.csv", histories.to_csv(index=False))
+    stem = f"sweep_{args.name}_{profile.name}"
+    _write_tables(out, {"sweep.csv": table}, args.save, {f"{stem}.csv": table, f"{stem}_history.csv": histories})
     print(table.to_json(orient="records") if args.json else table.round(3).to_string(index=False))
     return 0
 

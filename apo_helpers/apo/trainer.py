@@ -243,7 +243,7 @@ class Trainer:
         turns = sum(t.num_turns for t in trajectories)
         return {"iteration": self.state.iteration + 1, "reward": float(np.mean([t.reward for t in trajectories])),
                 "success": float(np.mean([t.success for t in trajectories])), "loss": loss.item(),
-                "kl": kl.mean().item(), "log_ratio_abs": (inputs.logp - inputs.logp_ref).abs().mean().item(),
+                "kl": kl.mean().item(), "log_ratio_abs": kl.abs().mean().item(),
                 "entropy": inputs.entropy.mean().item() if inputs.entropy is not None else float("nan"),
                 "invalid_rate": sum(t.invalid_actions for t in trajectories) / max(1, turns),
                 "turns": turns / len(trajectories), "generated_tokens": sum(t.generated_tokens for t in trajectories),
@@ -301,10 +301,9 @@ class Trainer:
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
         torch.save({"optimizer": self.optimizer.state_dict(), "rng": rng}, tmp / "trainer_state.pt")
-        version, internal, gauss = self.rng.getstate()
         atomic_write_text(tmp / "state.json", json.dumps({
             "iteration": self.state.iteration, "objective": self.objective_name, "seed": self.seed,
-            "goal_rng": [version, list(internal), gauss], "python_rng": _python_rng_state(),
+            "goal_rng": _rng_state(self.rng), "python_rng": _rng_state(random),
             "numpy_rng": _numpy_rng_state(), "vstar_key": self.vstar.key}))
         self.state.history.to_csv(tmp / "history.csv", index=False)
         self.state.evals.to_csv(tmp / "evals.csv", index=False)
@@ -336,12 +335,10 @@ class Trainer:
         torch.set_rng_state(saved["rng"]["torch"])
         if "cuda" in saved["rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(saved["rng"]["cuda"])
-        version, internal, gauss = state["goal_rng"]
-        self.rng.setstate((version, tuple(internal), gauss))
-        version, internal, gauss = state["python_rng"]
-        random.setstate((version, tuple(internal), gauss))
-        np.random.set_state(tuple(state["numpy_rng"][:1]) + (np.array(state["numpy_rng"][1], dtype=np.uint32),)
-                            + tuple(state["numpy_rng"][2:]))
+        _set_rng_state(self.rng, state["goal_rng"])
+        _set_rng_state(random, state["python_rng"])
+        name, keys, pos, has_gauss, cached = state["numpy_rng"]
+        np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
         self.state = TrainState(state["iteration"], pd.read_csv(path / "history.csv"), pd.read_csv(path / "evals.csv"))
         return self.state.iteration
 
@@ -359,9 +356,15 @@ def _device_of(model):
     return next(model.parameters()).device
 
 
-def _python_rng_state():
-    version, internal, gauss = random.getstate()
+def _rng_state(rng) -> list:
+    """A ``random.Random`` (or the ``random`` module) state as JSON-ready lists."""
+    version, internal, gauss = rng.getstate()
     return [version, list(internal), gauss]
+
+
+def _set_rng_state(rng, state: list) -> None:
+    version, internal, gauss = state
+    rng.setstate((version, tuple(internal), gauss))
 
 
 def _numpy_rng_state():
