@@ -35,10 +35,11 @@ PROFILE := $(or $(APO_PROFILE),class)
 REFERENCE := runs/pi_ref_$(PROFILE)/model.safetensors
 
 APO_RUNS := runs/apo_$(PROFILE)/results.csv
+PRETRAINED := runs/pretrained_$(PROFILE)/results.csv
 
-## make report: train pi_ref and the three A*PO seeds when missing, execute notebooks 00..07 in order under
-## $APO_PROFILE (default class), then export HTML
-report: $(INSTALLED) $(REFERENCE) $(APO_RUNS)
+## make report: train pi_ref and the three A*PO seeds and run SmolLM2's check when missing, execute notebooks
+## 00..07 in order under $APO_PROFILE (default class), then export HTML
+report: $(INSTALLED) $(REFERENCE) $(APO_RUNS) $(PRETRAINED)
 	APO_PROFILE=$(PROFILE) $(BIN)/python -m apo_helpers report
 
 # pi_ref and the A*PO runs train longer than a notebook may take on a CPU: they are built before the notebooks
@@ -49,6 +50,10 @@ $(REFERENCE): $(INSTALLED)
 $(APO_RUNS): $(REFERENCE)
 	APO_PROFILE=$(PROFILE) $(BIN)/python -m apo_helpers train --objective apo --seeds 0 1 2 --resume \
 		$(if $(filter class,$(PROFILE)),--save)
+
+# SmolLM2 zero-shot and after a short imitation (notebook 02): minutes on a CPU, longer than a notebook cell may
+$(PRETRAINED): $(INSTALLED)
+	APO_PROFILE=$(PROFILE) $(BIN)/python -m apo_helpers pretrained
 
 ## make sync: rewrite each notebook's paired py:percent script (run after editing a notebook)
 sync: $(INSTALLED)

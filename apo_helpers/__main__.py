@@ -1,4 +1,4 @@
-"""Command line: ``python -m apo_helpers {play,evaluate,train-ref,sweep-ref,vstar,train,compare,sweep,bench,data,report,readme} ...``
+"""Command line: ``python -m apo_helpers {play,evaluate,train-ref,sweep-ref,pretrained,vstar,train,compare,sweep,bench,data,report,readme} ...``
 (see ``--help`` of each)."""
 
 from __future__ import annotations
@@ -135,6 +135,19 @@ def _reference_arg(args, profile):
     return ref
 
 
+def cmd_pretrained(args) -> int:
+    """The profile's pretrained model (SmolLM2 by default) on val, zero-shot and after a short imitation."""
+    from .analysis.pretrained import before_after_imitation
+
+    profile = get_profile(args.profile)
+    table = before_after_imitation(profile, progress=not args.json)
+    out = Path(args.out or f"runs/pretrained_{profile.name}")
+    out.mkdir(parents=True, exist_ok=True)
+    _write_tables(out, {"results.csv": table}, args.save, {f"pretrained_{profile.name}.csv": table})
+    print(table.to_json(orient="records") if args.json else table.to_string(index=False))
+    return 0
+
+
 def cmd_vstar(args) -> int:
     """A*PO stage 1: V* of the profile's train goals from N samples of the frozen pi_ref (cached)."""
     from .apo.vstar import stage1
@@ -177,6 +190,13 @@ def with_overrides(profile, settings: list[str]):
     return dataclasses.replace(profile, apo=dataclasses.replace(profile.apo, **changes))
 
 
+def _main_process() -> bool:
+    """False in every process but the first under ``accelerate launch`` / ``torchrun``."""
+    from accelerate import PartialState
+
+    return PartialState().is_main_process
+
+
 def cmd_train(args) -> int:
     """RAGEN's loop with an objective (A*PO by default), one run per seed, then greedy test results."""
     import pandas as pd
@@ -193,7 +213,10 @@ def cmd_train(args) -> int:
         metrics = train_run(profile, ref, args.vstar, out / f"seed_{seed}", seed, args.objective, args.iterations,
                             resume=args.resume, progress=not args.json)
         rows.append(metrics)
-        print(json.dumps(metrics), flush=True)
+        if _main_process():
+            print(json.dumps(metrics), flush=True)
+    if not _main_process():  # under `accelerate launch`: process 0 reports
+        return 0
     if not args.skip_ref:
         seed_everything(profile.seed)
         ref_model, tokenizer = load_policy(ref, device())
@@ -218,14 +241,21 @@ def cmd_train(args) -> int:
 
 def cmd_compare(args) -> int:
     """Every objective from the same pi_ref, goals and budget; curves and a summary per objective."""
-    from .apo.compare import compare
+    from .apo.compare import compare, dynamics
 
     profile = get_profile(args.profile)
     out = Path(args.out or f"runs/compare_{profile.name}")
     summary, curves = compare(args.objectives, args.seeds, profile.name, out, args.ref, args.vstar, args.iterations,
-                              args.target, args.set, progress=lambda line: print(line, file=sys.stderr, flush=True))
-    _write_tables(out, {"summary.csv": summary, "curves.csv": curves}, args.save,
-                  {f"compare_{profile.name}_summary.csv": summary, f"compare_{profile.name}_curves.csv": curves})
+                              args.target, args.set, progress=lambda line: print(line, file=sys.stderr, flush=True),
+                              jobs=args.jobs)
+    history = dynamics(out, args.objectives, args.seeds)
+    stem = f"compare_{profile.name}"
+    _write_tables(out, {"summary.csv": summary, "curves.csv": curves, "history.csv": history}, args.save,
+                  {f"{stem}_summary.csv": summary, f"{stem}_curves.csv": curves, f"{stem}_history.csv": history})
+    summary_json = summary.to_json(orient="records", indent=1)
+    atomic_write_text(out / "summary.json", summary_json)
+    if args.save:
+        atomic_write_text(RESULTS_DIR / f"{stem}_summary.json", summary_json)
     print(summary.to_json(orient="records") if args.json else summary.round(3).to_string(index=False))
     return 0
 
@@ -249,9 +279,10 @@ def cmd_bench(args) -> int:
     from . import bench
 
     if args.what == "train":
-        result = bench.bench_train(args.ref, args.batch, args.repeats)
+        result = bench.bench_train(args.ref, args.batch, args.repeats, model_name=args.model)
         if args.save:
-            atomic_write_text(RESULTS_DIR / "bench_train.json", json.dumps(result, indent=1) + "\n")
+            name = "bench_train.json" if args.model == "tiny" else f"bench_train_{args.model}.json"
+            atomic_write_text(RESULTS_DIR / name, json.dumps(result, indent=1) + "\n")
         print(json.dumps(result) if args.json else json.dumps(result, indent=1))
         return 0
     if args.what == "rollout":
@@ -352,6 +383,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep_ref)
 
+    p = sub.add_parser("pretrained", help="the pretrained model (SmolLM2) on val: zero-shot, then after imitation")
+    p.add_argument("--profile", default=None, help="ci | class | gpu (default: $APO_PROFILE or class)")
+    p.add_argument("--out", default=None, help="default: runs/pretrained_<profile>")
+    p.add_argument("--save", action="store_true", help="also write data/results/pretrained_<profile>.csv")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_pretrained)
+
     p = sub.add_parser("vstar", help="A*PO stage 1: V* of the train goals from pi_ref samples (cached)")
     p.add_argument("--ref", default=None, help="pi_ref folder (default: runs/pi_ref_<profile>)")
     p.add_argument("--profile", default=None, help="ci | class | gpu (default: $APO_PROFILE or class)")
@@ -384,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=int, default=None)
     p.add_argument("--target", type=float, default=0.8, help="val success whose time-to-reach is reported")
     p.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="APOConfig overrides for every run")
+    p.add_argument("--jobs", type=int, default=1, help="runs side by side, the CPU cores shared among them")
     p.add_argument("--out", default=None, help="default: runs/compare_<profile>")
     p.add_argument("--save", action="store_true", help="write data/results/compare_<profile>_{summary,curves}.csv")
     p.add_argument("--json", action="store_true")
@@ -410,6 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ref", default=None, help="rollout / train: a saved policy folder (rollout default: an untrained "
                    "tiny model; train default: runs/pi_ref_<profile>)")
     p.add_argument("--repeats", type=int, default=5, help="train: iterations timed")
+    p.add_argument("--model", default="tiny", help="train: tiny (the profile's pi_ref) or a named pretrained model "
+                   "(smollm2-135m), used as it ships")
     p.add_argument("--products", type=int, nargs="+", default=[1000], help="catalog sizes, e.g. 1000 10000 100000")
     p.add_argument("--steps", type=int, default=20000, help="random-agent steps per size")
     p.add_argument("--json", action="store_true")

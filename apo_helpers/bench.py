@@ -97,23 +97,31 @@ def bench_rollout(batch: int = 32, ref: str | None = None, split: str = "val", r
             "runs": {k: [round(v, 1) for v in vs] for k, vs in runs.items()}, "target_speedup": 8.0}
 
 
-def bench_train(ref: str | None = None, batch: int = 32, repeats: int = 5, seed: int = 0) -> dict:
-    """Seconds of one A*PO iteration (``batch`` goals, one rollout each, one update) with the profile's pi_ref,
-    split into rollout, the policy's forward pass, pi_ref's scoring and the update (backward + step). V* comes from
-    2 pi_ref samples per goal (not timed): its values change the loss, not the cost."""
+def bench_train(ref: str | None = None, batch: int = 32, repeats: int = 5, seed: int = 0, model_name: str = "tiny") -> dict:
+    """Seconds of one A*PO iteration (``batch`` goals, one rollout each, one update), split into rollout, the
+    policy's forward pass, pi_ref's scoring and the update (backward + step); tokens per second for generation and
+    for the training step; peak memory. ``model_name`` ``tiny`` uses the profile's pi_ref (or ``ref``); a named
+    pretrained model (``smollm2-135m``) is used as it ships, as both policy and pi_ref. V* comes from 2 pi_ref
+    samples per goal (not timed): its values change the loss, not the cost."""
     import dataclasses
 
     import torch
 
     from .apo.sft import reference_dir
-    from .apo.trainer import Trainer, load_models
+    from .apo.trainer import Trainer, load_models, peak_memory_mb
     from .apo.vstar import stage1, stage1_goals
-    from .config import get_profile
+    from .config import device, get_profile
+    from .policy.models import load_named_model
 
     profile = get_profile()
     profile = dataclasses.replace(profile, apo=dataclasses.replace(profile.apo, batch_goals=batch))
-    ref = ref or reference_dir(profile)
-    model, ref_model, tokenizer = load_models(ref)
+    if model_name == "tiny":
+        ref = ref or reference_dir(profile)
+        model, ref_model, tokenizer = load_models(ref)
+    else:
+        ref = model_name
+        model, tokenizer = load_named_model(model_name, device())
+        ref_model, _ = load_named_model(model_name, device())
     goals = stage1_goals(profile, seed)[: max(batch, 8)]
     quick = dataclasses.replace(profile, apo=dataclasses.replace(profile.apo, vstar_samples=2))
     vstar = stage1(ref_model, tokenizer, quick, None, goals=goals, progress=False)
@@ -122,8 +130,14 @@ def bench_train(ref: str | None = None, batch: int = 32, repeats: int = 5, seed:
     rows = [trainer.iteration() for _ in range(repeats)]
     keys = ["seconds", "rollout_seconds", "policy_forward_seconds", "ref_seconds", "update_seconds"]
     medians = {k: round(statistics.median(r[k] for r in rows), 3) for k in keys}
+    generation = [r["generated_tokens"] / r["rollout_seconds"] for r in rows]
+    training = [r["trained_tokens"] / (r["policy_forward_seconds"] + r["ref_seconds"] + r["update_seconds"])
+                for r in rows]
     return {"profile": profile.name, "model": str(ref), "device": str(model.device), "batch_goals": batch,
             "torch_threads": torch.get_num_threads(), **{f"{k}_median": v for k, v in medians.items()},
             "generated_tokens_median": statistics.median(r["generated_tokens"] for r in rows),
             "trained_tokens_median": statistics.median(r["trained_tokens"] for r in rows),
+            "generation_tokens_per_second_median": round(statistics.median(generation), 1),
+            "training_tokens_per_second_median": round(statistics.median(training), 1),
+            "peak_memory_mb": peak_memory_mb(),
             "runs_seconds": [round(r["seconds"], 3) for r in rows], "target_seconds": 6.0}

@@ -137,6 +137,28 @@ class ReferenceConfig:
 
 
 @dataclass(frozen=True)
+class PretrainedConfig:
+    """A pretrained LLM as the agent, zero-shot and after a short imitation (notebook 02; ``analysis.pretrained``)."""
+
+    model: str = "smollm2-135m"
+    """Registry name of the pretrained model (``smollm2-135m`` or ``hf:<local folder>``)."""
+    episodes: int = 8
+    """Greedy val episodes per stage (the same goals before and after imitation)."""
+    demonstrations: int = 32
+    """Expert demonstrations imitated."""
+    sft_steps: int = 12
+    """Imitation steps (a 135M model on a 2-core CPU takes 20-40 s per step of 4 chats)."""
+    batch_size: int = 4
+    """Chats per imitation step."""
+    lr: float = 5e-5
+    """Peak learning rate: far below the tiny model's, as fits a pretrained model."""
+    max_new_tokens: int = 48
+    """Reply budget per turn."""
+    max_turns: int = 10
+    """Turns per episode."""
+
+
+@dataclass(frozen=True)
 class APOConfig:
     """A*PO: stage 1 (V* from pi_ref samples, notebook 03) and stage 2 inside RAGEN's loop (notebook 04)."""
 
@@ -225,6 +247,8 @@ class Profile:
     """Imitation warm start."""
     apo: APOConfig = field(default_factory=APOConfig)
     """A*PO stage 1 and stage 2."""
+    pretrained: PretrainedConfig = field(default_factory=PretrainedConfig)
+    """The pretrained model zero-shot and after a short imitation (notebook 02)."""
 
     def policy_env(self) -> EnvConfig:
         """The environment as the policy sees it: the same rules, the policy's rendering."""
@@ -239,13 +263,17 @@ PROFILES: dict[str, Profile] = {
                   reference=ReferenceConfig(demonstrations=60, pretrain_steps=10, sft_steps=20, batch_size=8, live_steps=5,
                                             eval_episodes=16, pass_k=2, pass_k_goals=4),
                   apo=APOConfig(vstar_goals=8, vstar_samples=2, iterations=3, batch_goals=4, eval_every=2,
-                                eval_episodes=4, test_episodes=8, checkpoint_every=2, micro_batch=16)),
+                                eval_episodes=4, test_episodes=8, checkpoint_every=2, micro_batch=16),
+                  pretrained=PretrainedConfig(episodes=1, demonstrations=2, sft_steps=2, batch_size=2,
+                                              max_new_tokens=16, max_turns=2)),
     "class": Profile(name="class"),
     # untested on a GPU so far: a pretrained model wants far smaller learning rates than the tiny one, no pretraining
     "gpu": Profile(name="gpu", model=ModelConfig(name="smollm2-135m", max_positions=8192),
                    policy=PolicyConfig(max_new_tokens=64, max_prompt_tokens=1024, batch_size=128),
                    reference=ReferenceConfig(pretrain_steps=0, sft_steps=400, batch_size=32, lr=2e-5),
-                   apo=APOConfig(lr=2e-6, batch_goals=64, micro_batch=32)),
+                   apo=APOConfig(lr=2e-6, batch_goals=64, micro_batch=32),
+                   pretrained=PretrainedConfig(episodes=200, demonstrations=600, sft_steps=400, batch_size=32,
+                                               lr=2e-5, max_new_tokens=64)),
 }
 
 

@@ -469,10 +469,10 @@ def test_ppo_checkpoint_keeps_the_value_head(ref_dir, vstar, tmp_path):
 
 
 def test_compare_runs_each_objective_in_its_own_process(ref_dir, tmp_path):
-    from apo_helpers.apo.compare import compare, time_to_target
+    from apo_helpers.apo.compare import compare, dynamics, time_to_target
 
     summary, curves = compare(["apo", "grpo"], [0], "ci", tmp_path / "cmp", str(ref_dir), str(tmp_path / "vs"),
-                              iterations=1, target=0.0, progress=lambda line: None)
+                              iterations=1, target=0.0, progress=lambda line: None, jobs=2)
     assert summary["objective"].tolist() == ["apo", "grpo"]
     assert (summary["peak_memory_mb"] > 0).all()
     assert summary.set_index("objective").loc["apo", "stage1_seconds"] > 0     # A*PO pays for V*
@@ -481,6 +481,9 @@ def test_compare_runs_each_objective_in_its_own_process(ref_dir, tmp_path):
     assert curves.groupby("objective")["iteration"].apply(list).to_dict() == {"apo": [0, 1], "grpo": [0, 1]}
     first = curves[curves["objective"] == "apo"]
     assert time_to_target(first, 0.0) == 0.0 and time_to_target(first, 1.01) is None
+    history = dynamics(tmp_path / "cmp", ["apo", "grpo"], [0])
+    assert history[["objective", "iteration"]].values.tolist() == [["apo", 1], ["grpo", 1]]
+    assert history[["kl", "invalid_rate", "reward"]].notna().all().all()
 
 
 def test_sweep_reports_kl_per_value(ref_dir, tmp_path, capsys):

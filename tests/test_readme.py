@@ -31,7 +31,38 @@ def test_bench_train_table_and_sections_are_filled(tmp_path):
         "batch_goals": 32, "device": "cpu", "torch_threads": 2, "seconds_median": 5.5, "rollout_seconds_median": 2.0,
         "policy_forward_seconds_median": 1.0, "ref_seconds_median": 1.0, "update_seconds_median": 1.5,
         "target_seconds": 6.0}))
-    assert "| 32 | cpu | 2 | 5.50 |" in bench_train_table(tmp_path)
+    assert "| ? | 32 | cpu | 2 | 5.50 |" in bench_train_table(tmp_path)
     text = "a\n<!-- bench-train:start -->\nold\n<!-- bench-train:end -->\nb\n"
     rendered = render_readme(text, tmp_path)
     assert "old" not in rendered and "5.50" in rendered and rendered.startswith("a\n") and rendered.endswith("b\n")
+
+
+def test_compare_table_has_a_row_per_objective(tmp_path):
+    from apo_helpers.analysis.readme import compare_table
+
+    assert compare_table(tmp_path) is None
+    pd.DataFrame([{"objective": o, "seeds": 3, "test_success": v, "test_success_std": 0.02, "test_score": 0.7,
+                   "train_seconds": 600.0, "stage1_seconds": s1, "total_seconds": 600.0 + s1,
+                   "seconds_to_val_0.8": None, "seeds_reaching_target": 0, "episodes": 960, "generated_tokens": 8e4,
+                   "peak_memory_mb": 900.0} for o, v, s1 in [("apo", 0.4, 466.9), ("grpo", 0.35, 0.0)]]
+                 ).to_csv(tmp_path / "compare_class_summary.csv", index=False)
+    lines = compare_table(tmp_path).splitlines()
+    assert len(lines) == 4 and "val ≥ 0.8 reached by" in lines[0]
+    assert lines[2].startswith("| apo | 3 | 40.0% ± 2.0% | 0.700 | 10.0 | 7.8 | 0 seeds | 960 | 80,000 | 900 |")
+    assert lines[3].startswith("| grpo | 3 | 35.0% ± 2.0% |")
+
+
+def test_pretrained_table_names_the_stage_and_settings(tmp_path):
+    from apo_helpers.analysis.readme import pretrained_table
+
+    assert pretrained_table(tmp_path) is None
+    pd.DataFrame([{"stage": st, "format_valid_rate": f, "success_rate": 0.0, "mean_score": 0.1, "invalid_rate": 0.5,
+                   "mean_steps": 10, "episodes": 8, "train_seconds": t, "eval_seconds": 1.0, "model": "smollm2-135m",
+                   "parameters_m": 134.5, "device": "cpu", "profile": "class", "demonstrations": 32, "batch_size": 4,
+                   "lr": 5e-5, "max_new_tokens": 48, "max_turns": 10, "final_imitation_loss": 1.0}
+                  for st, f, t in [("zero-shot", 0.0, 0.0), ("after 12 imitation steps", 0.9, 300.0)]]
+                 ).to_csv(tmp_path / "pretrained_class.csv", index=False)
+    lines = pretrained_table(tmp_path).splitlines()
+    assert lines[2].startswith("| smollm2-135m | zero-shot | cpu | 0.0% | 0.0% |")
+    assert lines[3].startswith("| smollm2-135m | after 12 imitation steps | cpu | 90.0% |")
+    assert "32 demos, batch 4, lr 5e-05" in lines[3]

@@ -108,20 +108,68 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
 
 
 def bench_train_table(results: Path = RESULTS_DIR) -> str | None:
-    path = results / "bench_train.json"
+    """A row per ``bench train --save`` file: ``bench_train.json`` (the tiny π_ref) and ``bench_train_<model>.json``."""
+    paths = sorted(results.glob("bench_train*.json"))
+    if not paths:
+        return None
+    rows = []
+    for path in paths:
+        r = json.loads(path.read_text())
+        rows.append({
+            "model": Path(r.get("model", "?")).name, "goals per iteration": r["batch_goals"], "device": r["device"],
+            "threads": r["torch_threads"], "iteration s (median)": f"{r['seconds_median']:.2f}",
+            "rollout s": f"{r['rollout_seconds_median']:.2f}",
+            "policy forward s": f"{r['policy_forward_seconds_median']:.2f}",
+            "π_ref scoring s": f"{r['ref_seconds_median']:.2f}", "backward + step s": f"{r['update_seconds_median']:.2f}",
+            "generation tokens/s": _maybe(r, "generation_tokens_per_second_median", "{:,.0f}"),
+            "training tokens/s": _maybe(r, "training_tokens_per_second_median", "{:,.0f}"),
+            "peak memory MB": _maybe(r, "peak_memory_mb", "{:,.0f}"), "target s": f"{r['target_seconds']:.0f}"})
+    return _markdown(pd.DataFrame(rows))
+
+
+def _maybe(record: dict, key: str, form: str) -> str:
+    return form.format(record[key]) if key in record else "-"
+
+
+def compare_table(results: Path = RESULTS_DIR) -> str | None:
+    """One row per objective of ``python -m apo_helpers compare --save`` (``compare_class_summary.csv``)."""
+    path = results / "compare_class_summary.csv"
     if not path.exists():
         return None
-    r = json.loads(path.read_text())
-    table = pd.DataFrame([{
-        "goals per iteration": r["batch_goals"], "device": r["device"], "threads": r["torch_threads"],
-        "iteration s (median)": f"{r['seconds_median']:.2f}", "rollout s": f"{r['rollout_seconds_median']:.2f}",
-        "policy forward s": f"{r['policy_forward_seconds_median']:.2f}", "π_ref scoring s": f"{r['ref_seconds_median']:.2f}",
-        "backward + step s": f"{r['update_seconds_median']:.2f}", "target s": f"{r['target_seconds']:.0f}"}])
+    df = pd.read_csv(path)
+    target = next(c for c in df.columns if c.startswith("seconds_to_val_"))
+    table = pd.DataFrame({
+        "objective": df["objective"], "seeds": df["seeds"],
+        "test success (mean ± std)": [f"{m:.1%} ± {s:.1%}" for m, s in zip(df["test_success"], df["test_success_std"])],
+        "test mean score": df["test_score"].map("{:.3f}".format),
+        "training min": (df["train_seconds"] / 60).map("{:.1f}".format),
+        "stage 1 min (added in)": (df["stage1_seconds"] / 60).map("{:.1f}".format),
+        f"val ≥ {target.removeprefix('seconds_to_val_')} reached by": df["seeds_reaching_target"].map("{:d} seeds".format),
+        "episodes": df["episodes"].map("{:,.0f}".format),
+        "generated tokens": df["generated_tokens"].map("{:,.0f}".format),
+        "peak memory MB": df["peak_memory_mb"].map("{:,.0f}".format)})
+    return _markdown(table)
+
+
+def pretrained_table(results: Path = RESULTS_DIR) -> str | None:
+    """SmolLM2 (the profile's pretrained model) zero-shot and after imitation (``pretrained_class.csv``)."""
+    path = results / "pretrained_class.csv"
+    if not path.exists():
+        return None
+    df = pd.read_csv(path)
+    table = pd.DataFrame({
+        "model": df["model"], "stage": df["stage"], "device": df["device"],
+        "format-valid turns": df["format_valid_rate"].map("{:.1%}".format),
+        "val success": df["success_rate"].map("{:.1%}".format), "val mean score": df["mean_score"].map("{:.3f}".format),
+        "invalid actions": df["invalid_rate"].map("{:.1%}".format), "episodes": df["episodes"],
+        "imitation": [f"{d} demos, batch {b}, lr {lr:g}" for d, b, lr in zip(df["demonstrations"], df["batch_size"], df["lr"])],
+        "imitation s": df["train_seconds"].map("{:.0f}".format)})
     return _markdown(table)
 
 
 SECTIONS = {"baselines": baselines_table, "bench-env": bench_env_table, "pi-ref": pi_ref_table,
-            "bench-rollout": bench_rollout_table, "trained": trained_table, "bench-train": bench_train_table}
+            "bench-rollout": bench_rollout_table, "trained": trained_table, "bench-train": bench_train_table,
+            "compare": compare_table, "pretrained": pretrained_table}
 
 
 def render_readme(text: str, results: Path = RESULTS_DIR) -> str:

@@ -10,6 +10,12 @@ Each iteration:
 It records per iteration reward, success, loss, the KL estimate to pi_ref, entropy, invalid-action rate, tokens
 and seconds (a pandas DataFrame), evaluates greedily on val every ``eval_every`` iterations, and checkpoints
 (safetensors weights, optimizer and RNG states) so that a resumed run continues exactly as if it had not stopped.
+
+It runs through ``accelerate``: one process by default; under ``accelerate launch --num_processes K`` (or
+``torchrun``) each of K processes rolls out its share of the iteration's goals, computes the gradient of its share's
+loss, and the gradients are averaged across processes before the one optimizer step (data parallelism). With equal
+shares the averaged gradient is the full batch's for A*PO (a mean over trajectories) and for the group objectives
+(a group never spans two processes); StarPO-S's variance filter then ranks the goals of each share separately.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from accelerate import Accelerator
 from safetensors.torch import load_model, save_model
 from tqdm.auto import tqdm
 
@@ -176,6 +183,13 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
 
 # ------------------------------------------------------------------------------------------------ the loop
 
+def make_accelerator() -> Accelerator:
+    """The run's ``Accelerator``: its device (CUDA when present, else CPU), bf16 mixed precision on CUDA, and the
+    process group when launched with ``accelerate launch`` or ``torchrun`` (gloo on CPU, NCCL on GPUs)."""
+    cuda = torch.cuda.is_available()
+    return Accelerator(cpu=not cuda, mixed_precision="bf16" if cuda else "no")
+
+
 @dataclass
 class TrainState:
     """What a checkpoint holds besides the weights: enough to continue exactly."""
@@ -189,7 +203,7 @@ class Trainer:
     """RAGEN's loop: ``run()`` alternates batched rollouts and one update of ``objective`` (default A*PO)."""
 
     def __init__(self, model, ref_model, tokenizer, vstar: VStarTable, profile: Profile, objective: str = "apo",
-                 seed: int = 0, out_dir=None, iterations: int | None = None):
+                 seed: int = 0, out_dir=None, iterations: int | None = None, accelerator: Accelerator | None = None):
         if objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {objective!r}; choose one of {sorted(OBJECTIVES)}")
         if len(vstar.table) == 0:
@@ -200,14 +214,19 @@ class Trainer:
         self.seed, self.iterations = seed, iterations or profile.apo.iterations
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.goals = vstar.goals()
+        self.accelerator = accelerator or make_accelerator()
+        self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
+        if self.world > 1 and (self.config.batch_goals // max(1, self.config.group_size)) % self.world:
+            raise ValueError(f"batch_goals / group_size = {self.config.batch_goals // max(1, self.config.group_size)} "
+                             f"goals per iteration cannot be shared equally by {self.world} processes")
         self.ref_model.eval().requires_grad_(False)
         # PPO's critic: a value head on the policy's last hidden state, trained with it
         self.value_head = ValueHead(model.config.hidden_size).to(_device_of(model)) if objective == "ppo" else None
         parameters = list(model.parameters()) + (list(self.value_head.parameters()) if self.value_head else [])
         self.optimizer = torch.optim.AdamW(parameters, lr=self.config.lr, weight_decay=0.0, betas=(0.9, 0.95))
-        self.rng = random.Random(seed)
+        self.rng = random.Random(seed)  # the same goals on every process: each then takes its share
         self.state = TrainState(0, pd.DataFrame(), pd.DataFrame())
-        seed_everything(seed)
+        seed_everything(seed + self.rank)  # each process samples its own rollouts
 
     # one iteration ------------------------------------------------------------------------------------------
     def draw_goals(self):
@@ -216,15 +235,17 @@ class Trainer:
         distinct = self.rng.sample(self.goals, min(max(1, self.config.batch_goals // group), len(self.goals)))
         return [g for g in distinct for _ in range(group)]
 
-    def iteration(self) -> dict:
-        """Phase 1 (rollouts) then phase 2 (one update); returns the iteration's row of the history."""
-        config, start = self.config, time.perf_counter()
-        goals = self.draw_goals()
-        trajectories = rollout(self.model, self.tokenizer, goals, Sampling(temperature=config.temperature),
-                               self.profile.policy, self.profile.policy_env())
-        rollout_s = time.perf_counter() - start
+    def share(self, items: list) -> list:
+        """This process's contiguous share of the iteration's rollouts (all of them with one process); whole goal
+        groups stay together since the group size divides each share."""
+        size = len(items) // self.world
+        return items[self.rank * size: (self.rank + 1) * size] if self.world > 1 else items
+
+    def update(self, trajectories: list[Trajectory], timings: dict | None = None):
+        """Phase 2 on this process's trajectories: score them, one optimizer step on the objective, gradients
+        averaged over processes and clipped. Returns ``(inputs, loss averaged over processes, stats, grad norm)``."""
+        config = self.config
         self.model.train()
-        timings = {"rollout_seconds": rollout_s}
         inputs = objective_inputs(self.model, self.ref_model, trajectories, self.tokenizer, self.vstar, self.profile,
                                   timings=timings, value_head=self.value_head)
         update_start = time.perf_counter()
@@ -233,22 +254,60 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]],
-                                                   config.grad_clip)
+        self.accelerator.backward(loss)
+        parameters = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self._average_gradients(parameters)
+        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip)
         self.optimizer.step()
         self.model.eval()
-        timings["update_seconds"] = time.perf_counter() - update_start
+        if timings is not None:
+            timings["update_seconds"] = time.perf_counter() - update_start
+        return inputs, self._mean_over_processes(loss.detach()), stats, grad_norm
+
+    def _average_gradients(self, parameters) -> None:
+        """Data parallelism by hand (one all-reduce per parameter): every process then steps with the same
+        gradient, so the replicas stay identical. DDP's wrapper is not used because a batch is scored in several
+        micro-batch forward passes before its one backward pass."""
+        if self.world == 1:
+            return
+        for p in parameters:
+            grad = p.grad if p.grad is not None else torch.zeros_like(p)
+            p.grad = self.accelerator.reduce(grad, reduction="mean")
+
+    def _mean_over_processes(self, value: torch.Tensor) -> torch.Tensor:
+        return self.accelerator.reduce(value, reduction="mean") if self.world > 1 else value
+
+    def _gather(self, rows: list[list[float]]) -> np.ndarray:
+        """Per-trajectory numbers of every process's share, stacked (what the history is computed from)."""
+        local = torch.tensor(rows, dtype=torch.float64, device=self.accelerator.device)
+        return (self.accelerator.gather(local) if self.world > 1 else local).cpu().numpy()
+
+    def iteration(self) -> dict:
+        """Phase 1 (rollouts) then phase 2 (one update); returns the iteration's row of the history."""
+        config, start = self.config, time.perf_counter()
+        goals = self.share(self.draw_goals())
+        trajectories = rollout(self.model, self.tokenizer, goals, Sampling(temperature=config.temperature),
+                               self.profile.policy, self.profile.policy_env())
+        timings = {"rollout_seconds": time.perf_counter() - start}
+        inputs, loss, stats, grad_norm = self.update(trajectories, timings)
         kl = kl_estimate(inputs.token_logp, inputs.token_logp_ref, inputs.token_row, len(trajectories))
-        turns = sum(t.num_turns for t in trajectories)
-        return {"iteration": self.state.iteration + 1, "reward": float(np.mean([t.reward for t in trajectories])),
-                "success": float(np.mean([t.success for t in trajectories])), "loss": loss.item(),
-                "kl": kl.mean().item(), "log_ratio_abs": kl.abs().mean().item(),
-                "entropy": inputs.entropy.mean().item() if inputs.entropy is not None else float("nan"),
-                "invalid_rate": sum(t.invalid_actions for t in trajectories) / max(1, turns),
-                "turns": turns / len(trajectories), "generated_tokens": sum(t.generated_tokens for t in trajectories),
-                "trained_tokens": int(inputs.tokens.sum().item()), "grad_norm": float(grad_norm), "lr": lr,
-                **timings, "seconds": time.perf_counter() - start, **stats}
+        entropy = inputs.entropy.mean() if inputs.entropy is not None else torch.tensor(float("nan"))
+        # per trajectory: reward, success, invalid actions, turns, generated and trained tokens, log-ratio, entropy
+        rows = [[t.reward, float(t.success), t.invalid_actions, t.num_turns, t.generated_tokens, n, k, entropy.item()]
+                for t, n, k in zip(trajectories, inputs.tokens.tolist(), kl.tolist())]
+        reward, success, invalid, turns, generated, trained, log_ratio, entropies = self._gather(rows).T
+        if self.world > 1:
+            stats = {name: self._mean_over_processes(torch.tensor(float(value), device=self.accelerator.device)).item()
+                     for name, value in stats.items()}
+        return {"iteration": self.state.iteration + 1, "reward": float(reward.mean()),
+                "success": float(success.mean()), "loss": loss.item(),
+                "kl": float(log_ratio.mean()), "log_ratio_abs": float(np.abs(log_ratio).mean()),
+                "entropy": float(entropies.mean()),
+                "invalid_rate": float(invalid.sum() / max(1, turns.sum())),
+                "turns": float(turns.mean()), "generated_tokens": int(generated.sum()),
+                "trained_tokens": int(trained.sum()), "grad_norm": float(grad_norm),
+                "lr": self.optimizer.param_groups[0]["lr"], **timings, "seconds": time.perf_counter() - start,
+                **stats}
 
     def evaluate(self, split: str = "val", episodes: int | None = None) -> dict:
         """Greedy success and score on the first ``episodes`` goals of ``split``."""
@@ -265,7 +324,7 @@ class Trainer:
         if state.evals.empty:
             self._log_eval()
         bar = tqdm(total=self.iterations, initial=state.iteration, desc=f"{self.objective_name} seed {self.seed}",
-                   disable=not progress)
+                   disable=not (progress and self.accelerator.is_main_process))
         while state.iteration < self.iterations:
             row = self.iteration()
             state.iteration += 1
@@ -274,7 +333,9 @@ class Trainer:
                 self._log_eval()
             if self.out_dir is not None and (state.iteration % config.checkpoint_every == 0
                                              or state.iteration == self.iterations):
-                self.save_checkpoint()
+                if self.accelerator.is_main_process:  # the replicas are identical: one writes
+                    self.save_checkpoint()
+                self.accelerator.wait_for_everyone()
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward']:.2f}", success=f"{row['success']:.2f}", kl=f"{row['kl']:.2f}",
                             val=f"{state.evals['success'].iloc[-1]:.2f}")
@@ -400,16 +461,15 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
     from .vstar import stage1
 
     out_dir = Path(out_dir)
-    model, ref_model, tokenizer = load_models(ref_dir)
-    vstar = stage1(ref_model, tokenizer, profile, vstar_dir, progress=progress)
-    trainer = Trainer(model, ref_model, tokenizer, vstar, profile, objective, seed, out_dir, iterations)
+    accelerator = make_accelerator()
+    model, ref_model, tokenizer = load_models(ref_dir, str(accelerator.device))
+    with accelerator.main_process_first():  # one process samples stage 1 (when not cached), the others load it
+        vstar = stage1(ref_model, tokenizer, profile, vstar_dir, progress=progress and accelerator.is_main_process)
+    trainer = Trainer(model, ref_model, tokenizer, vstar, profile, objective, seed, out_dir, iterations, accelerator)
     if resume and latest_checkpoint(out_dir) is not None:
         trainer.load_checkpoint()
     start = time.perf_counter()
     state = trainer.run(progress)
-    state.history.to_csv(out_dir / "history.csv", index=False)
-    state.evals.to_csv(out_dir / "evals.csv", index=False)
-    save_policy(model, tokenizer, out_dir / "policy")
     test = trainer.evaluate("test", profile.apo.test_episodes)
     metrics = {"objective": objective, "seed": seed, "profile": profile.name, "iterations": state.iteration,
                "test_success": test["success"], "test_score": test["score"], "test_steps": test["steps"],
@@ -418,6 +478,12 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
                "wall_seconds_this_call": round(time.perf_counter() - start, 1),
                "episodes": int(state.iteration * profile.apo.batch_goals),
                "generated_tokens": int(state.history["generated_tokens"].sum()), "vstar_key": vstar.key,
-               "vstar_seconds": vstar.seconds, "peak_memory_mb": peak_memory_mb(), "device": str(_device_of(model))}
-    atomic_write_text(out_dir / "metrics.json", json.dumps(metrics, indent=1) + "\n")
+               "vstar_seconds": vstar.seconds, "peak_memory_mb": peak_memory_mb(), "device": str(_device_of(model)),
+               "processes": accelerator.num_processes}
+    if accelerator.is_main_process:
+        state.history.to_csv(out_dir / "history.csv", index=False)
+        state.evals.to_csv(out_dir / "evals.csv", index=False)
+        save_policy(model, tokenizer, out_dir / "policy")
+        atomic_write_text(out_dir / "metrics.json", json.dumps(metrics, indent=1) + "\n")
+    accelerator.wait_for_everyone()
     return metrics
