@@ -279,9 +279,21 @@ def cmd_bench(args) -> int:
     from . import bench
 
     if args.what == "train":
-        result = bench.bench_train(args.ref, args.batch, args.repeats, model_name=args.model)
-        if args.save:
+        if args.objective == "all":  # every objective in turn, one process: compare seconds, not memory
+            from .apo.losses import OBJECTIVES
+
+            result = [bench.bench_train(args.ref, args.batch, args.repeats, model_name=args.model, objective=name)
+                      for name in OBJECTIVES]
+            for row in result:  # one process's peak RSS spans all objectives: the comparison measures memory
+                row.pop("peak_memory_mb")
+            name = "bench_train_objectives.json"
+        else:
+            result = bench.bench_train(args.ref, args.batch, args.repeats, model_name=args.model,
+                                       objective=args.objective)
             name = "bench_train.json" if args.model == "tiny" else f"bench_train_{args.model}.json"
+            if args.objective != "apo":
+                name = name.replace(".json", f"_{args.objective}.json")
+        if args.save:
             atomic_write_text(RESULTS_DIR / name, json.dumps(result, indent=1) + "\n")
         print(json.dumps(result) if args.json else json.dumps(result, indent=1))
         return 0
@@ -451,6 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=5, help="train: iterations timed")
     p.add_argument("--model", default="tiny", help="train: tiny (the profile's pi_ref) or a named pretrained model "
                    "(smollm2-135m), used as it ships")
+    p.add_argument("--objective", default="apo", help="train: the objective timed, or `all` (each in turn, the "
+                   "comparison's settings; saves bench_train_objectives.json)")
     p.add_argument("--products", type=int, nargs="+", default=[1000], help="catalog sizes, e.g. 1000 10000 100000")
     p.add_argument("--steps", type=int, default=20000, help="random-agent steps per size")
     p.add_argument("--json", action="store_true")

@@ -97,12 +97,14 @@ def bench_rollout(batch: int = 32, ref: str | None = None, split: str = "val", r
             "runs": {k: [round(v, 1) for v in vs] for k, vs in runs.items()}, "target_speedup": 8.0}
 
 
-def bench_train(ref: str | None = None, batch: int = 32, repeats: int = 5, seed: int = 0, model_name: str = "tiny") -> dict:
+def bench_train(ref: str | None = None, batch: int = 32, repeats: int = 5, seed: int = 0, model_name: str = "tiny",
+                objective: str = "apo") -> dict:
     """Seconds of one A*PO iteration (``batch`` goals, one rollout each, one update), split into rollout, the
     policy's forward pass, pi_ref's scoring and the update (backward + step); tokens per second for generation and
     for the training step; peak memory. ``model_name`` ``tiny`` uses the profile's pi_ref (or ``ref``); a named
     pretrained model (``smollm2-135m``) is used as it ships, as both policy and pi_ref. V* comes from 2 pi_ref
-    samples per goal (not timed): its values change the loss, not the cost."""
+    samples per goal (not timed): its values change the loss, not the cost. ``objective`` times another objective
+    with the comparison's settings (grpo and starpo_s: 8 rollouts per goal, the same episodes per iteration)."""
     import dataclasses
 
     import torch
@@ -113,8 +115,11 @@ def bench_train(ref: str | None = None, batch: int = 32, repeats: int = 5, seed:
     from .config import device, get_profile
     from .policy.models import load_named_model
 
+    from .apo.compare import OBJECTIVE_SETTINGS
+
     profile = get_profile()
-    profile = dataclasses.replace(profile, apo=dataclasses.replace(profile.apo, batch_goals=batch))
+    overrides = {k: int(v) for k, v in (item.split("=") for item in OBJECTIVE_SETTINGS.get(objective, []))}
+    profile = dataclasses.replace(profile, apo=dataclasses.replace(profile.apo, batch_goals=batch, **overrides))
     if model_name == "tiny":
         ref = ref or reference_dir(profile)
         model, ref_model, tokenizer = load_models(ref)
@@ -125,7 +130,7 @@ def bench_train(ref: str | None = None, batch: int = 32, repeats: int = 5, seed:
     goals = stage1_goals(profile, seed)[: max(batch, 8)]
     quick = dataclasses.replace(profile, apo=dataclasses.replace(profile.apo, vstar_samples=2))
     vstar = stage1(ref_model, tokenizer, quick, None, goals=goals, progress=False)
-    trainer = Trainer(model, ref_model, tokenizer, vstar, profile, "apo", seed)
+    trainer = Trainer(model, ref_model, tokenizer, vstar, profile, objective, seed)
     trainer.iteration()  # warm-up: first-call allocations
     rows = [trainer.iteration() for _ in range(repeats)]
     keys = ["seconds", "rollout_seconds", "policy_forward_seconds", "ref_seconds", "update_seconds"]
@@ -133,7 +138,8 @@ def bench_train(ref: str | None = None, batch: int = 32, repeats: int = 5, seed:
     generation = [r["generated_tokens"] / r["rollout_seconds"] for r in rows]
     training = [r["trained_tokens"] / (r["policy_forward_seconds"] + r["ref_seconds"] + r["update_seconds"])
                 for r in rows]
-    return {"profile": profile.name, "model": str(ref), "device": str(model.device), "batch_goals": batch,
+    return {"profile": profile.name, "model": str(ref), "objective": objective, "device": str(model.device),
+            "batch_goals": batch,
             "torch_threads": torch.get_num_threads(), **{f"{k}_median": v for k, v in medians.items()},
             "generated_tokens_median": statistics.median(r["generated_tokens"] for r in rows),
             "trained_tokens_median": statistics.median(r["trained_tokens"] for r in rows),

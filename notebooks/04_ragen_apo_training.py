@@ -138,7 +138,20 @@ state.evals
 
 # %% [markdown]
 # A dozen iterations of 16 episodes is too short for a reliable change on held-out goals; it shows the loop runs,
-# the log-ratio to π_ref starts to grow and the loss stays bounded. The real runs follow.
+# the log-ratio to π_ref starts to grow and the loss stays bounded.
+#
+# **Several processes.** The trainer runs through `accelerate`. Launched with `accelerate launch --num_processes K`
+# (or `torchrun`), every process draws the same goals, plays its share of them (`Trainer.share`) and computes the
+# gradient of its share's loss; the gradients are averaged before the one optimizer step, so the K replicas stay
+# identical. For A*PO, a mean over trajectories, the average of K equal shares' gradients *is* the full batch's
+# gradient (`tests/test_distributed.py` checks it with two CPU processes):
+
+# %%
+print(inspect.getsource(Trainer._average_gradients))
+print(f"this notebook: {trainer.accelerator.num_processes} process on {trainer.accelerator.device}")
+
+# %% [markdown]
+# The real runs follow.
 #
 # ## 4. The committed runs: three seeds
 #
@@ -206,8 +219,10 @@ if history_path.exists() and seeds_path.exists():
                                evals[evals["iteration"] == evals["iteration"].max()]["success"].mean()]},
         index=["first 20 iterations", "last 20 iterations"]).T
     display(drift.round(3))
-    verdict = ("the gain is larger than the spread over seeds" if abs(gain) > runs["test_success"].std(ddof=0)
-               else "the change is within the spread over seeds: no measurable improvement over π_ref")
+    spread = runs["test_success"].std(ddof=0)
+    verdict = ("within the spread over seeds: no measurable change from π_ref" if abs(gain) <= spread else
+               "an improvement larger than the spread over seeds" if gain > 0 else
+               "below π_ref by more than the spread over seeds: A*PO made it worse")
     print(f"test: A*PO {runs['test_success'].mean():.3f} vs π_ref {ref_row['test_success']:.3f} -> {verdict}")
 
 # %% [markdown]

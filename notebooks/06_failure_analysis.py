@@ -98,6 +98,11 @@ if (apo_dir / "model.safetensors").exists():
 else:
     print(f"no A*PO policy at {apo_dir.relative_to(RUNS_DIR.parent)}: run notebook 04 (or `python -m apo_helpers train`) "
           "to add it; the tables below show the other methods")
+# the comparison's objectives (notebook 05), seed 0, when `python -m apo_helpers compare` ran on this machine
+for objective in ("grpo", "ppo", "starpo_s", "kl_pg", "weighted_sft"):
+    folder = RUNS_DIR / f"compare_{profile.name}" / objective / "seed_0" / "policy"
+    if (folder / "model.safetensors").exists():
+        policies[objective] = load_policy(folder, device())
 for name, (model, tokenizer) in policies.items():
     for split in SPLITS:
         seed_everything(profile.seed)

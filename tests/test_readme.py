@@ -31,7 +31,13 @@ def test_bench_train_table_and_sections_are_filled(tmp_path):
         "batch_goals": 32, "device": "cpu", "torch_threads": 2, "seconds_median": 5.5, "rollout_seconds_median": 2.0,
         "policy_forward_seconds_median": 1.0, "ref_seconds_median": 1.0, "update_seconds_median": 1.5,
         "target_seconds": 6.0}))
-    assert "| ? | 32 | cpu | 2 | 5.50 |" in bench_train_table(tmp_path)
+    assert "| ? | apo | 32 | cpu | 2 | 5.50 |" in bench_train_table(tmp_path)
+    # `bench train --objective all`: a list, one row per objective, memory left out
+    row = json.loads((tmp_path / "bench_train.json").read_text())
+    (tmp_path / "bench_train_objectives.json").write_text(json.dumps(
+        [dict(row, objective="grpo", seconds_median=4.25), dict(row, objective="ppo", seconds_median=7.0)]))
+    table = bench_train_table(tmp_path)
+    assert "| ? | grpo | 32 | cpu | 2 | 4.25 |" in table and "| ? | ppo | 32 | cpu | 2 | 7.00 |" in table
     text = "a\n<!-- bench-train:start -->\nold\n<!-- bench-train:end -->\nb\n"
     rendered = render_readme(text, tmp_path)
     assert "old" not in rendered and "5.50" in rendered and rendered.startswith("a\n") and rendered.endswith("b\n")

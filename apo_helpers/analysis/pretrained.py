@@ -64,10 +64,11 @@ def load_or_run(profile: Profile, progress: bool = True) -> tuple[pd.DataFrame, 
     """``(table, where it came from)``: the table ``python -m apo_helpers pretrained`` saved for this profile under
     runs/ (``make report`` runs it first: on a CPU it takes longer than a notebook cell may), else the one committed
     under data/results/ by ``pretrained --save``, else a live run."""
-    from ..config import RESULTS_DIR, RUNS_DIR
+    from ..config import PROJECT_ROOT, RESULTS_DIR, RUNS_DIR
 
     for saved in (RUNS_DIR / f"pretrained_{profile.name}" / "results.csv",
                   RESULTS_DIR / f"pretrained_{profile.name}.csv"):
         if saved.exists():
-            return pd.read_csv(saved), f"{saved} (python -m apo_helpers pretrained --profile {profile.name})"
+            where = saved.relative_to(PROJECT_ROOT)
+            return pd.read_csv(saved), f"{where} (python -m apo_helpers pretrained --profile {profile.name})"
     return before_after_imitation(profile, progress), "computed live in this notebook"

@@ -108,23 +108,29 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
 
 
 def bench_train_table(results: Path = RESULTS_DIR) -> str | None:
-    """A row per ``bench train --save`` file: ``bench_train.json`` (the tiny π_ref) and ``bench_train_<model>.json``."""
+    """A row per ``bench train --save`` file: ``bench_train.json`` (the tiny π_ref) and ``bench_train_<model>.json``;
+    with ``bench train --objective all --save``, one row per objective."""
     paths = sorted(results.glob("bench_train*.json"))
     if not paths:
         return None
     rows = []
     for path in paths:
-        r = json.loads(path.read_text())
-        rows.append({
-            "model": Path(r.get("model", "?")).name, "goals per iteration": r["batch_goals"], "device": r["device"],
+        records = json.loads(path.read_text())
+        for r in records if isinstance(records, list) else [records]:
+            rows.append(_bench_train_row(r))
+    return _markdown(pd.DataFrame(rows))
+
+
+def _bench_train_row(r: dict) -> dict:
+    return {"model": Path(r.get("model", "?")).name, "objective": r.get("objective", "apo"),
+            "goals per iteration": r["batch_goals"], "device": r["device"],
             "threads": r["torch_threads"], "iteration s (median)": f"{r['seconds_median']:.2f}",
             "rollout s": f"{r['rollout_seconds_median']:.2f}",
             "policy forward s": f"{r['policy_forward_seconds_median']:.2f}",
             "π_ref scoring s": f"{r['ref_seconds_median']:.2f}", "backward + step s": f"{r['update_seconds_median']:.2f}",
             "generation tokens/s": _maybe(r, "generation_tokens_per_second_median", "{:,.0f}"),
             "training tokens/s": _maybe(r, "training_tokens_per_second_median", "{:,.0f}"),
-            "peak memory MB": _maybe(r, "peak_memory_mb", "{:,.0f}"), "target s": f"{r['target_seconds']:.0f}"})
-    return _markdown(pd.DataFrame(rows))
+            "peak memory MB": _maybe(r, "peak_memory_mb", "{:,.0f}"), "target s": f"{r['target_seconds']:.0f}"}
 
 
 def _maybe(record: dict, key: str, form: str) -> str:
