@@ -123,8 +123,10 @@ def bench_train(ref: str | None = None, batch: int = 32, repeats: int = 5, seed:
     if model_name == "tiny":
         ref = ref or reference_dir(profile)
         model, ref_model, tokenizer = load_models(ref)
-    else:
+    else:  # a pretrained model's long chats: the memory-lean update, a few chats per forward pass
         ref = model_name
+        profile = dataclasses.replace(profile, apo=dataclasses.replace(
+            profile.apo, backward_per_micro_batch=True, micro_batch=min(profile.apo.micro_batch, 4)))
         model, tokenizer = load_named_model(model_name, device())
         ref_model, _ = load_named_model(model_name, device())
     goals = stage1_goals(profile, seed)[: max(batch, 8)]
@@ -139,7 +141,8 @@ def bench_train(ref: str | None = None, batch: int = 32, repeats: int = 5, seed:
     training = [r["trained_tokens"] / (r["policy_forward_seconds"] + r["ref_seconds"] + r["update_seconds"])
                 for r in rows]
     return {"profile": profile.name, "model": str(ref), "objective": objective, "device": str(model.device),
-            "batch_goals": batch,
+            "batch_goals": batch, "micro_batch": profile.apo.micro_batch,
+            "backward_per_micro_batch": profile.apo.backward_per_micro_batch,
             "torch_threads": torch.get_num_threads(), **{f"{k}_median": v for k, v in medians.items()},
             "generated_tokens_median": statistics.median(r["generated_tokens"] for r in rows),
             "trained_tokens_median": statistics.median(r["trained_tokens"] for r in rows),

@@ -200,6 +200,10 @@ class APOConfig:
     """Save weights, optimizer and RNG states every k iterations (resume continues exactly)."""
     micro_batch: int = 48
     """Chats scored per forward pass (bounds memory; sorted by length to cut padding)."""
+    backward_per_micro_batch: bool = False
+    """Score the batch without gradients, then re-run each micro-batch's forward pass and backpropagate the loss's
+    gradient with respect to its log-probs: the same gradients, the memory of one micro-batch's graph instead of
+    the whole batch's, for one more forward pass. Needed by pretrained models' long chats (gpu profile)."""
     group_size: int = 1
     """Rollouts per goal in an iteration (A*PO: 1; the group objectives grpo / starpo_s need several)."""
     # the other objectives (notebook 05)
@@ -271,7 +275,7 @@ PROFILES: dict[str, Profile] = {
     "gpu": Profile(name="gpu", model=ModelConfig(name="smollm2-135m", max_positions=8192),
                    policy=PolicyConfig(max_new_tokens=64, max_prompt_tokens=1024, batch_size=128),
                    reference=ReferenceConfig(pretrain_steps=0, sft_steps=400, batch_size=32, lr=2e-5),
-                   apo=APOConfig(lr=2e-6, batch_goals=64, micro_batch=32),
+                   apo=APOConfig(lr=2e-6, batch_goals=64, micro_batch=16, backward_per_micro_batch=True),
                    pretrained=PretrainedConfig(episodes=200, demonstrations=600, sft_steps=400, batch_size=32,
                                                lr=2e-5, max_new_tokens=64)),
 }

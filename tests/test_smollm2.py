@@ -186,11 +186,13 @@ def test_a_generated_reply_parses(smollm2, reply, expected):
 # ---------------------------------------------------------------------------------------------- end to end
 
 def _tiny_settings(profile):
-    """The ci profile cut down for a 135M model on one CPU thread: 2 turns of 24 new tokens, 2 goals, 2 samples."""
+    """The ci profile cut down for a 135M model on one CPU thread: 2 turns of 24 new tokens, 2 goals, 2 samples,
+    updated a micro-batch at a time as under the gpu profile."""
     return dataclasses.replace(
         profile, env=dataclasses.replace(profile.env, max_turns=2),
         policy=dataclasses.replace(profile.policy, max_new_tokens=24),
-        apo=dataclasses.replace(profile.apo, vstar_samples=2, batch_goals=2, micro_batch=4))
+        apo=dataclasses.replace(profile.apo, vstar_samples=2, batch_goals=2, micro_batch=2,
+                                backward_per_micro_batch=True))  # the gpu profile's memory-lean update
 
 
 @needs_smollm2

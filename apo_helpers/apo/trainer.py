@@ -5,7 +5,10 @@ Each iteration:
 1. Phase 1, rollouts: draw ``batch_goals`` train goals that have a V*, play ONE episode per goal with the current
    policy (one batched multi-turn rollout).
 2. Phase 2, update: score every trajectory's trained tokens under the policy (with gradients) and the frozen pi_ref,
-   build ``ObjectiveInputs``, take ONE optimizer step on the objective with gradient clipping.
+   build ``ObjectiveInputs``, take ONE optimizer step on the objective with gradient clipping. With
+   ``backward_per_micro_batch`` (pretrained models) the scoring runs without gradients, the loss is differentiated
+   with respect to the token log-probs, and each micro-batch then backpropagates its share: same gradients, the
+   memory of one micro-batch.
 
 It records per iteration reward, success, loss, the KL estimate to pi_ref, entropy, invalid-action rate, tokens
 and seconds (a pandas DataFrame), evaluates greedily on val every ``eval_every`` iterations, and checkpoints
@@ -21,6 +24,7 @@ shares the averaged gradient is the full batch's for A*PO (a mean over trajector
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import random
 import shutil
@@ -87,6 +91,26 @@ class TurnValues:
     """(N,) the global turn index of each scored token, in ``score_tokens``' order."""
 
 
+def score_chunks(model, sequences, masks, owner, pad_id: int, micro_batch: int, with_entropy: bool = False,
+                 value_head=None, first_turns: list[int] | None = None, total_turns: int = 0):
+    """``score_tokens`` one micro-batch at a time: yields ``(logp, trajectory of each token, entropy or None,
+    values or None, turn of each token)`` per micro-batch, chats sorted by length, always in the same order. With a
+    critic, ``values`` is a (total_turns,) tensor holding the values of the turns this micro-batch answers (zero
+    elsewhere) and the last item the global turn of each scored token (else empty)."""
+    dev = next(model.parameters()).device
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+    for start in range(0, len(order), micro_batch):
+        chunk = order[start: start + micro_batch]
+        ids, attn, mask = collate([sequences[i] for i in chunk], [masks[i] for i in chunk], pad_id, dev)
+        with _autocast(dev):
+            logp, chat_rows, entropy, hidden = selected_logprobs_and_hidden(model, ids, attn, mask, with_entropy)
+        rows = torch.tensor([owner[i] for i in chunk], device=dev)[chat_rows]
+        values, token_turns = None, []
+        if value_head is not None:
+            values = _turn_values(value_head, hidden, chunk, masks, first_turns, total_turns, token_turns)
+        yield logp.float(), rows, (entropy.float() if with_entropy else None), values, token_turns
+
+
 def score_tokens(model, sequences, masks, owner, pad_id: int, micro_batch: int, with_entropy: bool = False,
                  value_head=None, first_turns: list[int] | None = None, total_turns: int = 0):
     """Log-probs of the masked tokens of ``sequences`` -> flat ``(logp, trajectory of each token, entropy, values)``.
@@ -97,20 +121,17 @@ def score_tokens(model, sequences, masks, owner, pad_id: int, micro_batch: int, 
     (from ``chat_first_turns``) places each chat's replies among the ``total_turns`` turns.
     """
     dev = next(model.parameters()).device
-    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
     logps, rows, entropies, token_turns = [], [], [], []
     values = torch.zeros(total_turns, device=dev) if value_head is not None else None
-    for start in range(0, len(order), micro_batch):
-        chunk = order[start: start + micro_batch]
-        ids, attn, mask = collate([sequences[i] for i in chunk], [masks[i] for i in chunk], pad_id, dev)
-        with _autocast(dev):
-            logp, chat_rows, entropy, hidden = selected_logprobs_and_hidden(model, ids, attn, mask, with_entropy)
-        logps.append(logp.float())
-        rows.append(torch.tensor([owner[i] for i in chunk], device=dev)[chat_rows])
+    for logp, chunk_rows, entropy, chunk_values, chunk_turns in score_chunks(
+            model, sequences, masks, owner, pad_id, micro_batch, with_entropy, value_head, first_turns, total_turns):
+        logps.append(logp)
+        rows.append(chunk_rows)
         if with_entropy:
-            entropies.append(entropy.float())
+            entropies.append(entropy)
         if value_head is not None:
-            values = values + _turn_values(value_head, hidden, chunk, masks, first_turns, total_turns, token_turns)
+            values = values + chunk_values
+            token_turns += chunk_turns
     token_turn = torch.tensor(token_turns, device=dev, dtype=torch.long) if value_head is not None else None
     return (torch.cat(logps), torch.cat(rows), (torch.cat(entropies) if with_entropy else None),
             TurnValues(values, token_turn) if value_head is not None else None)
@@ -181,6 +202,17 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
         token_row=rows, entropy=entropy, **per_turn)
 
 
+def _as_leaves(inputs: ObjectiveInputs):
+    """``inputs`` whose token log-probs, entropies and values are fresh leaf tensors (the per-trajectory sums
+    rebuilt from them), and those leaves: an objective's gradient then stops at the model's outputs."""
+    token_logp = inputs.token_logp.detach().requires_grad_()
+    entropy = inputs.entropy.detach().requires_grad_() if inputs.entropy is not None else None
+    values = inputs.values.detach().requires_grad_() if inputs.values is not None else None
+    logp = torch.zeros_like(inputs.logp).index_add(0, inputs.token_row, token_logp)
+    leaves = (token_logp, entropy, values)
+    return dataclasses.replace(inputs, logp=logp, token_logp=token_logp, entropy=entropy, values=values), leaves
+
+
 # ------------------------------------------------------------------------------------------------ the loop
 
 def make_accelerator() -> Accelerator:
@@ -246,15 +278,22 @@ class Trainer:
         averaged over processes and clipped. Returns ``(inputs, loss averaged over processes, stats, grad norm)``."""
         config = self.config
         self.model.train()
-        inputs = objective_inputs(self.model, self.ref_model, trajectories, self.tokenizer, self.vstar, self.profile,
-                                  timings=timings, value_head=self.value_head)
+        with torch.no_grad() if config.backward_per_micro_batch else contextlib.nullcontext():
+            inputs = objective_inputs(self.model, self.ref_model, trajectories, self.tokenizer, self.vstar,
+                                      self.profile, timings=timings, value_head=self.value_head)
         update_start = time.perf_counter()
-        loss, stats = self.objective(inputs, config)
         lr = config.lr * min(1.0, (self.state.iteration + 1) / max(1, config.warmup))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
-        self.accelerator.backward(loss)
+        if config.backward_per_micro_batch:
+            inputs, leaves = _as_leaves(inputs)
+            loss, stats = self.objective(inputs, config)
+            loss.backward()  # d loss / d (token log-probs, entropies, values): cheap, no model graph
+            self._backward_by_micro_batch(trajectories, *(leaf.grad if leaf is not None else None for leaf in leaves))
+        else:
+            loss, stats = self.objective(inputs, config)
+            self.accelerator.backward(loss)
         parameters = [p for g in self.optimizer.param_groups for p in g["params"]]
         self._average_gradients(parameters)
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip)
@@ -263,6 +302,30 @@ class Trainer:
         if timings is not None:
             timings["update_seconds"] = time.perf_counter() - update_start
         return inputs, self._mean_over_processes(loss.detach()), stats, grad_norm
+
+    def _backward_by_micro_batch(self, trajectories, grad_logp, grad_entropy, grad_values) -> None:
+        """The chain rule one micro-batch at a time: re-run each micro-batch's forward pass with gradients and
+        backpropagate sum(d loss / d output * output) over its token log-probs (entropies, turn values). The
+        parameter gradients equal those of one backward through the whole batch (a test checks it), while memory
+        holds one micro-batch's graph: what a pretrained model's long chats need."""
+        profile, config = self.profile, self.config
+        sequences, masks, owner = trained_sequences(trajectories, self.tokenizer, profile.policy.window,
+                                                    config.logprob_tokens)
+        critic = self.value_head if grad_values is not None else None
+        first_turns = chat_first_turns(trajectories, profile.policy.window) if critic is not None else None
+        total_turns = sum(t.num_turns for t in trajectories)
+        offset = 0
+        for logp, _, entropy, values, _ in score_chunks(self.model, sequences, masks, owner,
+                                                         self.tokenizer.pad_token_id, config.micro_batch,
+                                                         grad_entropy is not None, critic, first_turns, total_turns):
+            part = slice(offset, offset + len(logp))
+            offset += len(logp)
+            surrogate = (logp * grad_logp[part]).sum() if grad_logp is not None else logp.sum() * 0
+            if grad_entropy is not None:
+                surrogate = surrogate + (entropy * grad_entropy[part]).sum()
+            if critic is not None:
+                surrogate = surrogate + (values * grad_values).sum()
+            self.accelerator.backward(surrogate)
 
     def _average_gradients(self, parameters) -> None:
         """Data parallelism by hand (one all-reduce per parameter): every process then steps with the same
