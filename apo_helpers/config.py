@@ -281,6 +281,13 @@ PROFILES: dict[str, Profile] = {
 }
 
 
+def figures_dir(profile_name: str | None = None) -> Path:
+    """Where notebooks save figures: ``figures/`` under the ``class`` profile (the committed figures, made by the
+    committed run), ``runs/figures_<profile>/`` under the others, so that ``make test`` (ci) leaves them alone."""
+    name = get_profile(profile_name).name
+    return FIGURES_DIR if name == DEFAULT_PROFILE else RUNS_DIR / f"figures_{name}"
+
+
 def get_profile(name: str | None = None) -> Profile:
     """Return the profile ``name``, else the one named by ``$APO_PROFILE``, else ``class``."""
     name = name or os.environ.get(PROFILE_ENV_VAR) or DEFAULT_PROFILE

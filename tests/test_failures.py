@@ -316,7 +316,7 @@ def test_plot_writes_a_png(scripted, tmp_path, monkeypatch):
     assert (tmp_path / "classes.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bars = fig.axes[0].patches
     assert len(bars) == 2 * sum(shares[c].sum() > 0 for c in CLASSES)  # one bar per method and class present
-    monkeypatch.setattr(failures, "FIGURES_DIR", tmp_path / "figures")
+    monkeypatch.setattr(failures, "figures_dir", lambda: tmp_path / "figures")
     plot_failure_classes(shares, "by_name")
     assert (tmp_path / "figures" / "by_name.png").exists()
     plt.close("all")

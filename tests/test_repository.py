@@ -72,3 +72,10 @@ def test_readme_tables_match_the_committed_results():
 
     text = README.read_text()
     assert render_readme(text) == text, "README tables are stale: run `python -m apo_helpers readme`"
+
+
+def test_only_the_class_profile_writes_the_committed_figures():
+    from apo_helpers.config import FIGURES_DIR, RUNS_DIR, figures_dir
+
+    assert figures_dir("class") == FIGURES_DIR
+    assert figures_dir("ci") == RUNS_DIR / "figures_ci" and figures_dir("gpu") == RUNS_DIR / "figures_gpu"

@@ -53,7 +53,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ..config import FIGURES_DIR
+from ..config import figures_dir
 from ..webshop import pages
 from ..webshop.agents import parse_budget, parse_results
 from ..webshop.catalog import Catalog, Goal, Product, default_catalog
@@ -376,5 +376,5 @@ def plot_failure_classes(shares: pd.DataFrame, path=None, title: str = "How epis
         if path.suffix == ".png":
             save(fig, path.stem, path.parent)
         else:
-            save(fig, str(path), FIGURES_DIR)
+            save(fig, str(path), figures_dir())
     return fig

@@ -7,11 +7,13 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ..config import FIGURES_DIR
+from ..config import figures_dir
 
 
-def save(fig, name: str, directory: Path = FIGURES_DIR) -> Path:
-    """Save ``fig`` as ``figures/<name>.png`` (150 dpi, tight) and return the path."""
+def save(fig, name: str, directory: Path | None = None) -> Path:
+    """Save ``fig`` as ``<directory>/<name>.png`` (150 dpi, tight) and return the path; by default in
+    ``figures_dir()``: figures/ under the class profile, runs/figures_<profile>/ under the others."""
+    directory = Path(directory) if directory is not None else figures_dir()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.png"
     fig.savefig(path, dpi=150, bbox_inches="tight", metadata={"Software": None})
