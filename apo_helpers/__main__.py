@@ -9,7 +9,7 @@ import sys
 
 from pathlib import Path
 
-from .config import DATA_DIR, RESULTS_DIR, device, get_profile, seed_everything
+from .config import DATA_DIR, RESULTS_DIR, device, get_profile, seed_everything, with_overrides
 from .files import atomic_write_text
 
 
@@ -142,7 +142,6 @@ def cmd_pretrained(args) -> int:
     profile = get_profile(args.profile)
     table = before_after_imitation(profile, progress=not args.json)
     out = Path(args.out or f"runs/pretrained_{profile.name}")
-    out.mkdir(parents=True, exist_ok=True)
     _write_tables(out, {"results.csv": table}, args.save, {f"pretrained_{profile.name}.csv": table})
     print(table.to_json(orient="records") if args.json else table.to_string(index=False))
     return 0
@@ -165,29 +164,6 @@ def cmd_vstar(args) -> int:
                "goals_never_solved": int((table["successes"] == 0).sum())}
     print(json.dumps(summary) if args.json else json.dumps(summary, indent=1))
     return 0
-
-
-def with_overrides(profile, settings: list[str]):
-    """The profile with ``apo`` fields changed by ``name=value`` strings (``--set beta2=0.01 temperature=0.7``)."""
-    import dataclasses
-
-    fields = {f.name: f for f in dataclasses.fields(profile.apo)}
-    changes = {}
-    for setting in settings or []:
-        name, sep, value = setting.partition("=")
-        if not sep or name not in fields:
-            raise ValueError(f"--set expects name=value with a name from APOConfig ({', '.join(fields)}), got {setting!r}")
-        kind = type(getattr(profile.apo, name))
-        if kind is bool:
-            if value.lower() not in ("true", "false", "1", "0"):
-                raise ValueError(f"--set {name}: expected true or false, got {value!r}")
-            changes[name] = value.lower() in ("true", "1")
-        else:
-            try:
-                changes[name] = kind(value)
-            except ValueError:
-                raise ValueError(f"--set {name}: expected a {kind.__name__}, got {value!r}") from None
-    return dataclasses.replace(profile, apo=dataclasses.replace(profile.apo, **changes))
 
 
 def _main_process() -> bool:

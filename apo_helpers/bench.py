@@ -109,17 +109,14 @@ def bench_train(ref: str | None = None, batch: int = 32, repeats: int = 5, seed:
 
     import torch
 
+    from .apo.compare import OBJECTIVE_SETTINGS
     from .apo.sft import reference_dir
     from .apo.trainer import Trainer, load_models, peak_memory_mb
     from .apo.vstar import stage1, stage1_goals
-    from .config import device, get_profile
+    from .config import device, get_profile, with_overrides
     from .policy.models import load_named_model
 
-    from .apo.compare import OBJECTIVE_SETTINGS
-
-    profile = get_profile()
-    overrides = {k: int(v) for k, v in (item.split("=") for item in OBJECTIVE_SETTINGS.get(objective, []))}
-    profile = dataclasses.replace(profile, apo=dataclasses.replace(profile.apo, batch_goals=batch, **overrides))
+    profile = with_overrides(get_profile(), [f"batch_goals={batch}", *OBJECTIVE_SETTINGS.get(objective, [])])
     if model_name == "tiny":
         ref = ref or reference_dir(profile)
         model, ref_model, tokenizer = load_models(ref)

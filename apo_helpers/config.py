@@ -281,6 +281,27 @@ PROFILES: dict[str, Profile] = {
 }
 
 
+def with_overrides(profile, settings: list[str]):
+    """The profile with ``apo`` fields changed by ``name=value`` strings (``--set beta2=0.01 temperature=0.7``)."""
+    fields = {f.name: f for f in dataclasses.fields(profile.apo)}
+    changes = {}
+    for setting in settings or []:
+        name, sep, value = setting.partition("=")
+        if not sep or name not in fields:
+            raise ValueError(f"--set expects name=value with a name from APOConfig ({', '.join(fields)}), got {setting!r}")
+        kind = type(getattr(profile.apo, name))
+        if kind is bool:
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(f"--set {name}: expected true or false, got {value!r}")
+            changes[name] = value.lower() in ("true", "1")
+        else:
+            try:
+                changes[name] = kind(value)
+            except ValueError:
+                raise ValueError(f"--set {name}: expected a {kind.__name__}, got {value!r}") from None
+    return dataclasses.replace(profile, apo=dataclasses.replace(profile.apo, **changes))
+
+
 def figures_dir(profile_name: str | None = None) -> Path:
     """Where notebooks save figures: ``figures/`` under the ``class`` profile (the committed figures, made by the
     committed run), ``runs/figures_<profile>/`` under the others, so that ``make test`` (ci) leaves them alone."""

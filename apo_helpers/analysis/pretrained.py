@@ -14,7 +14,7 @@ import time
 import pandas as pd
 
 from ..apo.sft import expert_demonstrations, imitate, tokenize_demonstrations
-from ..config import Profile, device, seed_everything
+from ..config import PROJECT_ROOT, RESULTS_DIR, RUNS_DIR, Profile, device, seed_everything
 from ..policy.models import count_parameters, load_named_model
 from .evaluate import evaluate_policy
 
@@ -64,8 +64,6 @@ def load_or_run(profile: Profile, progress: bool = True) -> tuple[pd.DataFrame, 
     """``(table, where it came from)``: the table ``python -m apo_helpers pretrained`` saved for this profile under
     runs/ (``make report`` runs it first: on a CPU it takes longer than a notebook cell may), else the one committed
     under data/results/ by ``pretrained --save``, else a live run."""
-    from ..config import PROJECT_ROOT, RESULTS_DIR, RUNS_DIR
-
     for saved in (RUNS_DIR / f"pretrained_{profile.name}" / "results.csv",
                   RESULTS_DIR / f"pretrained_{profile.name}.csv"):
         if saved.exists():

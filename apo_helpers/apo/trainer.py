@@ -161,14 +161,17 @@ def _autocast(dev):
 
 
 def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTable, profile: Profile,
-                     with_entropy: bool = True, timings: dict | None = None, value_head=None) -> ObjectiveInputs:
+                     with_entropy: bool = True, timings: dict | None = None, value_head=None,
+                     chats: tuple | None = None) -> ObjectiveInputs:
     """Score a batch under the policy (differentiable) and pi_ref (no gradients) -> ``ObjectiveInputs``.
 
     ``timings``, when given, receives the seconds of the policy's and pi_ref's forward passes. With a
-    ``value_head`` (PPO) the inputs also carry per-turn values, rewards and the turn of each token."""
+    ``value_head`` (PPO) the inputs also carry per-turn values, rewards and the turn of each token. ``chats`` is
+    ``trained_sequences``' result when the caller already has it."""
     config = profile.apo
     start = time.perf_counter()
-    sequences, masks, owner = trained_sequences(trajectories, tokenizer, profile.policy.window, config.logprob_tokens)
+    sequences, masks, owner = chats or trained_sequences(trajectories, tokenizer, profile.policy.window,
+                                                         config.logprob_tokens)
     first_turns = chat_first_turns(trajectories, profile.policy.window) if value_head is not None else None
     total_turns = sum(t.num_turns for t in trajectories)
     token_logp, rows, entropy, critic = score_tokens(model, sequences, masks, owner, tokenizer.pad_token_id,
@@ -278,9 +281,10 @@ class Trainer:
         averaged over processes and clipped. Returns ``(inputs, loss averaged over processes, stats, grad norm)``."""
         config = self.config
         self.model.train()
+        chats = trained_sequences(trajectories, self.tokenizer, self.profile.policy.window, config.logprob_tokens)
         with torch.no_grad() if config.backward_per_micro_batch else contextlib.nullcontext():
             inputs = objective_inputs(self.model, self.ref_model, trajectories, self.tokenizer, self.vstar,
-                                      self.profile, timings=timings, value_head=self.value_head)
+                                      self.profile, timings=timings, value_head=self.value_head, chats=chats)
         update_start = time.perf_counter()
         lr = config.lr * min(1.0, (self.state.iteration + 1) / max(1, config.warmup))
         for group in self.optimizer.param_groups:
@@ -290,7 +294,8 @@ class Trainer:
             inputs, leaves = _as_leaves(inputs)
             loss, stats = self.objective(inputs, config)
             loss.backward()  # d loss / d (token log-probs, entropies, values): cheap, no model graph
-            self._backward_by_micro_batch(trajectories, *(leaf.grad if leaf is not None else None for leaf in leaves))
+            self._backward_by_micro_batch(trajectories, chats,
+                                          *(leaf.grad if leaf is not None else None for leaf in leaves))
         else:
             loss, stats = self.objective(inputs, config)
             self.accelerator.backward(loss)
@@ -303,14 +308,13 @@ class Trainer:
             timings["update_seconds"] = time.perf_counter() - update_start
         return inputs, self._mean_over_processes(loss.detach()), stats, grad_norm
 
-    def _backward_by_micro_batch(self, trajectories, grad_logp, grad_entropy, grad_values) -> None:
+    def _backward_by_micro_batch(self, trajectories, chats, grad_logp, grad_entropy, grad_values) -> None:
         """The chain rule one micro-batch at a time: re-run each micro-batch's forward pass with gradients and
         backpropagate sum(d loss / d output * output) over its token log-probs (entropies, turn values). The
         parameter gradients equal those of one backward through the whole batch (a test checks it), while memory
         holds one micro-batch's graph: what a pretrained model's long chats need."""
         profile, config = self.profile, self.config
-        sequences, masks, owner = trained_sequences(trajectories, self.tokenizer, profile.policy.window,
-                                                    config.logprob_tokens)
+        sequences, masks, owner = chats  # ``trained_sequences``' result, as scored in the first pass
         critic = self.value_head if grad_values is not None else None
         first_turns = chat_first_turns(trajectories, profile.policy.window) if critic is not None else None
         total_turns = sum(t.num_turns for t in trajectories)
