@@ -172,6 +172,9 @@ class APOConfig:
     """Sampling temperature of pi_ref in stage 1 (paper: 1.0)."""
     drop_unsolved: bool = False
     """Drop goals whose N samples all scored 0 or less (nothing to learn from on them)."""
+    keep_disagreeing: bool = False
+    """Keep only goals whose N samples include both a success and a failure: RL then draws only goals whose outcome
+    is still uncertain under pi_ref (StarPO-S's idea, applied once, from stage 1's samples)."""
     iterations: int = 120
     """RAGEN outer-loop iterations: one batched rollout, then one optimizer step."""
     batch_goals: int = 32

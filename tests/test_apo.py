@@ -226,6 +226,23 @@ def test_drop_unsolved_reports_the_count(models, monkeypatch):
     assert result.dropped == P.apo.vstar_goals - 1 and len(result.table) == 1
 
 
+def test_goal_filters_apply_to_cached_tables_too(models, monkeypatch, tmp_path):
+    _, ref_model, tokenizer = models
+    fake = [[0.0, 0.0], [1.0, 0.0], [1.0, 1.0]] + [[0.5, 0.2]] * (P.apo.vstar_goals - 3)
+    monkeypatch.setattr("apo_helpers.apo.vstar.sample_rewards", lambda *a, **k: (fake, []))
+    first = stage1(ref_model, tokenizer, P, tmp_path, progress=False)  # fills the cache, unfiltered
+    assert len(first.table) == P.apo.vstar_goals and first.dropped == 0
+    monkeypatch.setattr("apo_helpers.apo.vstar.sample_rewards", lambda *a, **k: pytest.fail("the cache was not used"))
+    for flags, kept in [({"drop_unsolved": True}, P.apo.vstar_goals - 1), ({"keep_disagreeing": True}, 1),
+                        ({}, P.apo.vstar_goals)]:
+        profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, **flags))
+        result = stage1(ref_model, tokenizer, profile, tmp_path, progress=False)
+        assert result.loaded and len(result.table) == kept and result.dropped == P.apo.vstar_goals - kept, flags
+    disagreeing = stage1(ref_model, tokenizer, dataclasses.replace(P, apo=dataclasses.replace(P.apo, keep_disagreeing=True)),
+                         tmp_path, progress=False)
+    assert disagreeing.table["rewards"].tolist() == [[1.0, 0.0]]
+
+
 @pytest.mark.parametrize("damage", ["no_meta", "bad_json", "missing_column", "bad_rewards"])
 def test_malformed_vstar_files_are_named(models, tmp_path, damage):
     _, ref_model, tokenizer = models

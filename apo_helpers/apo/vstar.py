@@ -7,11 +7,13 @@ log-sum-exp trick so small beta1 does not overflow.
 
 ``stage1`` samples N episodes of the frozen pi_ref per goal (one batched rollout over all of them), and caches the
 table on disk under a key made of pi_ref's weights hash, N, beta1, the temperature and the goals: a second call with
-the same key loads instead of sampling.
+the same key loads instead of sampling. The cache holds every goal; the optional filters (``drop_unsolved``,
+``keep_disagreeing``) are applied after it, so changing them never needs new samples.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
@@ -83,7 +85,7 @@ class VStarTable:
     table: pd.DataFrame
     key: str
     dropped: int = 0
-    """Goals removed by ``drop_unsolved``."""
+    """Goals removed by the filters ``drop_unsolved`` and ``keep_disagreeing`` (``filter_goals``)."""
     loaded: bool = False
     """True when the table came from the cache."""
     seconds: float | None = None
@@ -157,20 +159,26 @@ def stage1(model, tokenizer, profile: Profile, cache_dir=None, goals: list[Goal]
     key = cache_key(weights_hash(model), goals, config, seed)
     folder = Path(cache_dir) / key if cache_dir is not None else None
     if folder is not None and (folder / "vstar.csv").exists():
-        return load_vstar(folder)
+        return filter_goals(load_vstar(folder), config)
     seed_everything(seed)
     start = time.perf_counter()
     rewards, _ = sample_rewards(model, tokenizer, goals, config.vstar_samples, profile, config.vstar_temperature,
                                 progress)
-    table = vstar_table(goals, rewards, config.beta1)
-    dropped = 0
-    if config.drop_unsolved:
-        keep = table["max"] > 0
-        dropped = int((~keep).sum())
-        table = table[keep].reset_index(drop=True)
-    result = VStarTable(table, key, dropped, seconds=round(time.perf_counter() - start, 1))
-    if folder is not None:
+    result = VStarTable(vstar_table(goals, rewards, config.beta1), key, seconds=round(time.perf_counter() - start, 1))
+    if folder is not None:  # the cache holds every goal: the filters are applied on the way out
         save_vstar(result, folder, {"seconds": result.seconds, "N": config.vstar_samples, "beta1": config.beta1,
                                     "goals": len(goals),
                                     "temperature": config.vstar_temperature, "seed": seed, "profile": profile.name})
-    return result
+    return filter_goals(result, config)
+
+
+def filter_goals(result: VStarTable, config: APOConfig) -> VStarTable:
+    """Drop the goals the config's filters exclude: ``drop_unsolved`` (no sample scored above 0) and
+    ``keep_disagreeing`` (not both a success and a failure among the N samples); ``dropped`` counts them."""
+    table = result.table
+    keep = pd.Series(True, index=table.index)
+    if config.drop_unsolved:
+        keep &= table["max"] > 0
+    if config.keep_disagreeing:
+        keep &= (table["successes"] > 0) & (table["successes"] < table["rewards"].map(len))
+    return dataclasses.replace(result, table=table[keep].reset_index(drop=True), dropped=int((~keep).sum()))
