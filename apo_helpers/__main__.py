@@ -91,14 +91,14 @@ def cmd_train_ref(args) -> int:
 
 
 def cmd_sweep_ref(args) -> int:
-    """pi_ref's greedy test success against the number of demonstrations, with and without pretraining."""
-    import pandas as pd
-
+    """pi_ref's greedy test success against the number of demonstrations, with and without pretraining. With
+    ``--save`` each finished point is merged into data/results/ref_sweep.csv at once (keyed by demonstrations,
+    pretraining and imitation steps), so an interrupted sweep keeps its points and sweeps can run side by side."""
     from .analysis.evaluate import evaluate_policy
     from .apo.sft import train_reference
+    from .files import merge_csv_rows
 
     profile = get_profile(args.profile)
-    rows = []
     for pretrain in args.pretrain_steps:
         for count in args.demonstrations:
             ref = train_reference(profile, None, count, pretrain, progress=not args.json)
@@ -106,14 +106,14 @@ def cmd_sweep_ref(args) -> int:
             result, _ = evaluate_policy(ref.model, ref.tokenizer, "test", profile.reference.eval_episodes, profile,
                                         progress=False)
             s = result.summary()
-            rows.append({"demonstrations": count, "pretrain_steps": pretrain, "sft_steps": profile.reference.sft_steps,
-                         "test_success_rate": s["success_rate"], "ci95_low": s["success_ci95"][0],
-                         "ci95_high": s["success_ci95"][1], "test_mean_score": round(s["mean_score"], 4),
-                         "invalid_rate": round(s["invalid_rate"], 4), "train_seconds": round(ref.seconds, 1)})
-            print(json.dumps(rows[-1]), flush=True)
-    table = pd.DataFrame(rows)
-    if args.save:
-        atomic_write_text(RESULTS_DIR / "ref_sweep.csv", table.to_csv(index=False))
+            row = {"demonstrations": count, "pretrain_steps": pretrain, "sft_steps": profile.reference.sft_steps,
+                   "successful_demonstrations": len(ref.demonstrations),
+                   "test_success_rate": s["success_rate"], "ci95_low": s["success_ci95"][0],
+                   "ci95_high": s["success_ci95"][1], "test_mean_score": round(s["mean_score"], 4),
+                   "invalid_rate": round(s["invalid_rate"], 4), "train_seconds": round(ref.seconds, 1)}
+            print(json.dumps(row), flush=True)
+            if args.save:
+                merge_csv_rows(RESULTS_DIR / "ref_sweep.csv", [row], ["demonstrations", "pretrain_steps", "sft_steps"])
     return 0
 
 
@@ -367,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=None)
     p.add_argument("--demonstrations", type=int, nargs="+", default=[150, 300, 600])
     p.add_argument("--pretrain-steps", type=int, nargs="+", default=[0, 150])
-    p.add_argument("--save", action="store_true", help="write data/results/ref_sweep.csv")
+    p.add_argument("--save", action="store_true", help="merge each point into data/results/ref_sweep.csv")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep_ref)
 

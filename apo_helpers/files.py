@@ -22,3 +22,25 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def merge_csv_rows(path: Path, rows: list[dict], keys: list[str]) -> None:
+    """Add ``rows`` to the CSV table at ``path``, replacing rows that agree on every column in ``keys``.
+
+    The read-merge-write runs under an exclusive lock on ``<path>.lock``, so processes that each add their rows
+    (a sweep split over several processes) never lose one another's; the write itself is atomic."""
+    import csv
+    import fcntl
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        old = list(csv.DictReader(path.open())) if path.exists() else []
+        new_keys = {tuple(str(r[k]) for k in keys) for r in rows}
+        kept = [r for r in old if tuple(r[k] for k in keys) not in new_keys]
+        columns = list(dict.fromkeys([c for r in kept + rows for c in r]))
+        merged = sorted(kept + [{c: str(v) for c, v in r.items()} for r in rows],
+                        key=lambda r: tuple(float(r[k]) for k in keys))
+        lines = [",".join(columns)] + [",".join(r.get(c, "") for c in columns) for r in merged]
+        atomic_write_text(path, "\n".join(lines) + "\n")
