@@ -80,6 +80,7 @@ def bench_rollout(batch: int = 32, ref: str | None = None, split: str = "val", r
         model.to(device())
     goals = default_catalog().split(split)[:batch]
     runs = {"batched": [], "sequential": []}
+    seconds_of = {"batched": [], "sequential": []}
     tokens = {}
     for _ in range(repeats):
         for mode, size in (("batched", batch), ("sequential", 1)):
@@ -89,12 +90,45 @@ def bench_rollout(batch: int = 32, ref: str | None = None, split: str = "val", r
             seconds = time.perf_counter() - start
             tokens[mode] = sum(t.generated_tokens for t in trajectories)
             runs[mode].append(tokens[mode] / seconds)
+            seconds_of[mode].append(seconds)
+    prefill, prompt_tokens = {}, 0
+    for mode, size in (("batched", batch), ("sequential", 1)):
+        timings = [_prefill(model, tokenizer, trajectories, profile.policy, size) for _ in range(repeats)]
+        prefill[mode], prompt_tokens = statistics.median(s for s, _ in timings), timings[0][1]
     batched, sequential = statistics.median(runs["batched"]), statistics.median(runs["sequential"])
     return {"batch": batch, "model": ref or "tiny (untrained)", "device": str(model.device),
             "torch_threads": torch.get_num_threads(),
             "tokens_per_second_batched": round(batched, 1), "tokens_per_second_sequential": round(sequential, 1),
             "speedup": round(batched / sequential, 2), "generated_tokens": tokens,
+            "turns": sum(t.num_turns for t in trajectories),
+            "prompt_tokens": prompt_tokens,
+            "seconds_median": {k: round(statistics.median(v), 3) for k, v in seconds_of.items()},
+            "prefill_seconds_median": {k: round(v, 3) for k, v in prefill.items()},
+            # every prompt must be read once, batched or not: no batching beats sequential time / batched prefill
+            "speedup_bound_from_prefill": round(statistics.median(seconds_of["sequential"]) / prefill["batched"], 2),
             "runs": {k: [round(v, 1) for v in vs] for k, vs in runs.items()}, "target_speedup": 8.0}
+
+
+def _prefill(model, tokenizer, trajectories, config, batch: int) -> tuple[float, int]:
+    """Seconds of the prompt forward passes alone (no generation) of a rollout's turns, grouped as the rollout
+    grouped them (turn k of the episodes still running, ``batch`` episodes at a time), and the prompt tokens read."""
+    import torch
+
+    from .policy.prompts import build_messages
+    from .policy.rollout import encode_prompts
+
+    seconds, tokens = 0.0, 0
+    for start in range(0, len(trajectories), batch):
+        chunk = trajectories[start: start + batch]
+        for k in range(max(t.num_turns for t in chunk)):
+            chats = [build_messages(t.turns[: k + 1], config.window) for t in chunk if t.num_turns > k]
+            inputs = encode_prompts(tokenizer, chats, config, model.device)
+            tokens += int(inputs["attention_mask"].sum())
+            begin = time.perf_counter()
+            with torch.no_grad():
+                model(**inputs, logits_to_keep=1)
+            seconds += time.perf_counter() - begin
+    return seconds, tokens
 
 
 def bench_train(ref: str | None = None, batch: int = 32, repeats: int = 5, seed: int = 0, model_name: str = "tiny",

@@ -72,3 +72,30 @@ def test_pretrained_table_names_the_stage_and_settings(tmp_path):
     assert lines[2].startswith("| smollm2-135m | zero-shot | cpu | 0.0% | 0.0% |")
     assert lines[3].startswith("| smollm2-135m | after 12 imitation steps | cpu | 90.0% |")
     assert "32 demos, batch 4, lr 5e-05" in lines[3]
+
+
+def test_ref_sweep_table_sorts_by_pretraining_then_demonstrations(tmp_path):
+    from apo_helpers.analysis.readme import ref_sweep_table
+    from apo_helpers.files import merge_csv_rows
+
+    assert ref_sweep_table(tmp_path) is None
+    for count, pretrain, success in [(600, 0, 0.2), (300, 300, 0.3), (150, 300, 0.1)]:
+        merge_csv_rows(tmp_path / "ref_sweep.csv", [{
+            "demonstrations": count, "pretrain_steps": pretrain, "sft_steps": 1200, "test_success_rate": success,
+            "ci95_low": success - 0.05, "ci95_high": success + 0.05, "test_mean_score": 0.7, "invalid_rate": 0.1,
+            "train_seconds": 1200.0}], ["demonstrations", "pretrain_steps", "sft_steps"])
+    lines = ref_sweep_table(tmp_path).splitlines()
+    assert [line.split(" | ")[:2] for line in lines[2:]] == [["| 600", "0"], ["| 150", "300"], ["| 300", "300"]]
+    assert "| 10.0% [5.0%, 15.0%] |" in lines[3] and lines[3].endswith("| 20.0 |")
+
+
+def test_bench_rollout_table_shows_the_prefill_bound(tmp_path):
+    from apo_helpers.analysis.readme import bench_rollout_table
+
+    (tmp_path / "bench_rollout.json").write_text(json.dumps({
+        "batch": 32, "model": "m", "device": "cpu", "tokens_per_second_batched": 1000.0,
+        "tokens_per_second_sequential": 400.0, "speedup": 2.5, "generated_tokens": {"batched": 2200, "sequential": 2200},
+        "turns": 100, "prompt_tokens": 30000, "seconds_median": {"batched": 2.2, "sequential": 5.5},
+        "prefill_seconds_median": {"batched": 1.1, "sequential": 1.0}, "speedup_bound_from_prefill": 5.0}))
+    row = bench_rollout_table(tmp_path).splitlines()[2]
+    assert row == "| 32 | m | cpu | 1,000 | 400 | 2.5x | 300 / 22 | 2.20 / 5.50 | 1.10 / 1.00 | 5.0x |"

@@ -79,7 +79,13 @@ def bench_rollout_table(results: Path = RESULTS_DIR) -> str | None:
     table = pd.DataFrame([{
         "episodes in lockstep": r["batch"], "model": r["model"], "device": r["device"],
         "tokens/s batched": f"{r['tokens_per_second_batched']:,.0f}",
-        "tokens/s one at a time": f"{r['tokens_per_second_sequential']:,.0f}", "speed-up": f"{r['speedup']:.1f}x"}])
+        "tokens/s one at a time": f"{r['tokens_per_second_sequential']:,.0f}", "speed-up": f"{r['speedup']:.1f}x",
+        "prompt / reply tokens per turn": f"{r['prompt_tokens'] / r['turns']:.0f} / "
+                                          f"{r['generated_tokens']['batched'] / r['turns']:.0f}",
+        "s batched / one at a time": f"{r['seconds_median']['batched']:.2f} / {r['seconds_median']['sequential']:.2f}",
+        "of which prompt prefill s": f"{r['prefill_seconds_median']['batched']:.2f} / "
+                                     f"{r['prefill_seconds_median']['sequential']:.2f}",
+        "speed-up bound from prefill": f"{r['speedup_bound_from_prefill']:.1f}x"}])
     return _markdown(table)
 
 
@@ -173,9 +179,26 @@ def pretrained_table(results: Path = RESULTS_DIR) -> str | None:
     return _markdown(table)
 
 
+def ref_sweep_table(results: Path = RESULTS_DIR) -> str | None:
+    """pi_ref's test success against demonstrations and pretraining (``ref_sweep.csv``, ``sweep-ref --save``)."""
+    path = results / "ref_sweep.csv"
+    if not path.exists():
+        return None
+    df = pd.read_csv(path).sort_values(["pretrain_steps", "demonstrations"])
+    table = pd.DataFrame({
+        "demonstrations": df["demonstrations"], "pretraining steps": df["pretrain_steps"],
+        "imitation steps": df["sft_steps"],
+        "test success [95% CI]": [f"{s:.1%} [{lo:.1%}, {hi:.1%}]"
+                                  for s, lo, hi in zip(df["test_success_rate"], df["ci95_low"], df["ci95_high"])],
+        "test mean score": df["test_mean_score"].map("{:.3f}".format),
+        "invalid actions": df["invalid_rate"].map("{:.1%}".format),
+        "training minutes (CPU, 1 thread)": (df["train_seconds"] / 60).map("{:.1f}".format)})
+    return _markdown(table)
+
+
 SECTIONS = {"baselines": baselines_table, "bench-env": bench_env_table, "pi-ref": pi_ref_table,
             "bench-rollout": bench_rollout_table, "trained": trained_table, "bench-train": bench_train_table,
-            "compare": compare_table, "pretrained": pretrained_table}
+            "compare": compare_table, "pretrained": pretrained_table, "ref-sweep": ref_sweep_table}
 
 
 def render_readme(text: str, results: Path = RESULTS_DIR) -> str:

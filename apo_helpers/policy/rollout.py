@@ -123,12 +123,17 @@ def _decode_reply(tokenizer, ids: list[int], stops: set[int]) -> tuple[str, int]
     return (text[: cut + len(STOP_TEXT)] if cut >= 0 else text).strip(), used
 
 
+def encode_prompts(tokenizer, chats: list[list[dict]], config: PolicyConfig, device) -> dict:
+    """The chats rendered with the generation prompt, left-padded into one batch (cut to ``max_prompt_tokens``)."""
+    texts = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats]
+    return tokenizer(texts, return_tensors="pt", padding=True, truncation=True, max_length=config.max_prompt_tokens,
+                     add_special_tokens=False).to(device)
+
+
 @torch.no_grad()
 def generate_replies(model, tokenizer, chats: list[list[dict]], sampling: Sampling, config: PolicyConfig):
     """One batched ``generate`` for a list of chats -> (reply texts, per-reply token log-probs)."""
-    texts = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats]
-    batch = tokenizer(texts, return_tensors="pt", padding=True, truncation=True, max_length=config.max_prompt_tokens,
-                      add_special_tokens=False).to(model.device)
+    batch = encode_prompts(tokenizer, chats, config, model.device)
     stops = stop_token_ids(tokenizer)
     kwargs = dict(do_sample=not sampling.greedy, max_new_tokens=config.max_new_tokens, eos_token_id=stops,
                   pad_token_id=tokenizer.pad_token_id, return_dict_in_generate=True, output_scores=True)
