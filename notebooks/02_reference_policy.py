@@ -145,6 +145,34 @@ for t in untrained[:2]:
     print(repr(t.turns[0].response[:80]), "-> parsed:", t.turns[0].format_ok, " reward:", round(t.reward, 2))
 
 # %% [markdown]
+# Why lockstep? `python -m apo_helpers bench rollout --batch 32 --ref runs/pi_ref_class --save` plays the same 32
+# greedy val episodes of π_ref twice, batched and one at a time, and also times the prompt forward passes alone
+# (the *prefill*). Every prompt must be read once however the episodes are grouped, so batching can only shrink the
+# rest: the generation steps, where one token per episode costs about as much as one token for all of them. The
+# committed measurement:
+
+# %%
+bench_path = RESULTS_DIR / "bench_rollout.json"
+if bench_path.exists():
+    bench = pd.read_json(bench_path, typ="series")
+    modes = ["batched", "sequential"]
+    prefill = [bench["prefill_seconds_median"][m] for m in modes]
+    rest = [bench["seconds_median"][m] - p for m, p in zip(modes, prefill)]
+    fig, ax = plt.subplots(figsize=(6, 2.4))
+    labels = [f"{bench['batch']} in lockstep", "one at a time"]
+    ax.barh(labels, prefill, label="prompt prefill")
+    ax.barh(labels, rest, left=prefill, label="generation steps and the rest")
+    ax.set_xlabel("seconds for the 32 episodes"); ax.legend(fontsize=8)
+    ax.set_title(f"{bench['speedup']:.1f}x faster batched; the prefill bounds it at "
+                 f"{bench['speedup_bound_from_prefill']:.1f}x")
+    plots.save(fig, "02_rollout_time")
+    plt.show()
+    print(f"{bench['prompt_tokens']:,} prompt tokens read for {bench['generated_tokens']['batched']:,} generated "
+          f"tokens over {bench['turns']} turns")
+else:
+    print("no committed benchmark yet: python -m apo_helpers bench rollout --batch 32 --ref runs/pi_ref_class --save")
+
+# %% [markdown]
 # ## 5. Imitation warm start
 #
 # First a short **pretraining** phase (next-token loss on every token of the rendered episodes: the model learns
@@ -227,19 +255,26 @@ plt.show()
 # %% [markdown]
 # ## 7. More demonstrations, better π_ref?
 #
-# `python -m apo_helpers sweep-ref` trains π_ref with 100 to 1,000 demonstrations (with and without the
-# pretraining phase) and commits the table to `data/results/ref_sweep.csv`. It takes longer than a class allows,
-# so this notebook plots the committed table.
+# `python -m apo_helpers sweep-ref --demonstrations 150 300 1200 --pretrain-steps 300 --save` (and
+# `--pretrain-steps 0` for the runs without the pretraining phase) retrains π_ref with the same number of steps from
+# a different number of expert demonstrations and evaluates each greedily on the test goals; every finished point is
+# merged into `data/results/ref_sweep.csv`. Each point takes as long as π_ref itself, longer than a class allows,
+# so this notebook plots the committed table, with the π_ref of section 6 as a star.
 
 # %%
 sweep_path = RESULTS_DIR / "ref_sweep.csv"
 if sweep_path.exists():
     sweep = pd.read_csv(sweep_path)
-    fig, ax = plt.subplots(figsize=(6, 3))
+    fig, ax = plt.subplots(figsize=(6, 3.2))
     for pretrain, part in sweep.groupby("pretrain_steps"):
-        ax.plot(part["demonstrations"], part["test_success_rate"], "o-", label=f"{pretrain} pretraining steps")
-    ax.set_xlabel("demonstrations"); ax.set_ylabel("test success (greedy)"); ax.set_ylim(0, 1); ax.legend()
-    ax.set_title("π_ref against the number of demonstrations")
+        ax.errorbar(part["demonstrations"], part["test_success_rate"], fmt="o-", capsize=3,
+                    yerr=[part["test_success_rate"] - part["ci95_low"], part["ci95_high"] - part["test_success_rate"]],
+                    label=f"sweep, {pretrain} pretraining steps")
+    ax.plot([profile.reference.demonstrations], [metrics["test_success_rate"]], "k*", markersize=12,
+            label=f"π_ref (section 6), {profile.reference.pretrain_steps} pretraining steps")
+    ax.set_xscale("log"); ax.set_xlabel("expert demonstrations"); ax.set_ylabel("test success (greedy)")
+    ax.set_ylim(0, 1); ax.legend(fontsize=8)
+    ax.set_title(f"π_ref against the number of demonstrations ({sweep['sft_steps'].iloc[0]} imitation steps, 95% CI)")
     plots.save(fig, "02_ref_sweep")
     plt.show()
     display(sweep)
@@ -325,7 +360,9 @@ print("all correct")
 # - The policy reads RAGEN's turns and answers `<think> ... </think> <answer> ... </answer>`; a reply that does
 #   not parse costs the format penalty and a turn.
 # - Training uses only assistant tokens, found from the chat structure for any tokenizer.
-# - Rollouts run all episodes of a batch in lockstep, one `generate` per turn.
+# - Rollouts run all episodes of a batch in lockstep, one `generate` per turn. Batching speeds up the generation
+  steps, not the reading of the prompts, which every episode pays whichever way it is grouped: with prompts this
+  much longer than replies, the prefill bounds what batching can gain (section 4).
 # - π_ref imitates the expert. Read the table above: it sits far below the expert (room for RL), near the rule
 #   baseline in success, and its k samples solve many more goals than its greedy episode does (pass@k): the
 #   successes A*PO's stage 1 needs (notebook 03).
