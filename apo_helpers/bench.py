@@ -79,7 +79,6 @@ def bench_rollout(batch: int = 32, ref: str | None = None, split: str = "val", r
         model, tokenizer = create_policy("tiny", profile.model, tokenizer_corpus(default_catalog(), demos, profile.policy.window))
         model.to(device())
     goals = default_catalog().split(split)[:batch]
-    runs = {"batched": [], "sequential": []}
     seconds_of = {"batched": [], "sequential": []}
     tokens = {}
     for _ in range(repeats):
@@ -89,12 +88,12 @@ def bench_rollout(batch: int = 32, ref: str | None = None, split: str = "val", r
             trajectories = rollout(model, tokenizer, goals, GREEDY, config, profile.policy_env())
             seconds = time.perf_counter() - start
             tokens[mode] = sum(t.generated_tokens for t in trajectories)
-            runs[mode].append(tokens[mode] / seconds)
             seconds_of[mode].append(seconds)
     prefill, prompt_tokens = {}, 0
     for mode, size in (("batched", batch), ("sequential", 1)):
         timings = [_prefill(model, tokenizer, trajectories, profile.policy, size) for _ in range(repeats)]
         prefill[mode], prompt_tokens = statistics.median(s for s, _ in timings), timings[0][1]
+    runs = {mode: [tokens[mode] / s for s in seconds] for mode, seconds in seconds_of.items()}
     batched, sequential = statistics.median(runs["batched"]), statistics.median(runs["sequential"])
     return {"batch": batch, "model": ref or "tiny (untrained)", "device": str(model.device),
             "torch_threads": torch.get_num_threads(),
