@@ -259,25 +259,42 @@ plt.show()
 # `--pretrain-steps 0` for the runs without the pretraining phase) retrains π_ref with the same number of steps from
 # a different number of expert demonstrations and evaluates each greedily on the test goals; every finished point is
 # merged into `data/results/ref_sweep.csv`. Each point takes as long as π_ref itself, longer than a class allows,
-# so this notebook plots the committed table, with the π_ref of section 6 as a star.
+# so this notebook plots the committed table, with the π_ref of section 6 as a star. The runs without pretraining
+# take the same imitation steps and skip the pretraining ones, so they also train for fewer steps in all.
+#
+# Read it for two lessons: how fast success grows with the number of demonstrations (the copying skills a tiny
+# model needs take many examples), and what the pretraining phase on whole episodes is worth: the miniature of why
+# LLM agents start from a pretrained model.
 
 # %%
 sweep_path = RESULTS_DIR / "ref_sweep.csv"
 if sweep_path.exists():
     sweep = pd.read_csv(sweep_path)
+    ours = {"demonstrations": profile.reference.demonstrations, "pretrain_steps": profile.reference.pretrain_steps,
+            "test_success_rate": metrics["test_success_rate"], "ci95_low": metrics["test_ci95"][0],
+            "ci95_high": metrics["test_ci95"][1]}
+    points = (pd.concat([sweep, pd.DataFrame([ours])]).drop_duplicates(["demonstrations", "pretrain_steps"])
+              .sort_values("demonstrations"))
     fig, ax = plt.subplots(figsize=(6, 3.2))
-    for pretrain, part in sweep.groupby("pretrain_steps"):
+    for pretrain, part in points.groupby("pretrain_steps"):
         ax.errorbar(part["demonstrations"], part["test_success_rate"], fmt="o-", capsize=3,
                     yerr=[part["test_success_rate"] - part["ci95_low"], part["ci95_high"] - part["test_success_rate"]],
-                    label=f"sweep, {pretrain} pretraining steps")
-    ax.plot([profile.reference.demonstrations], [metrics["test_success_rate"]], "k*", markersize=12,
-            label=f"π_ref (section 6), {profile.reference.pretrain_steps} pretraining steps")
-    ax.set_xscale("log"); ax.set_xlabel("expert demonstrations"); ax.set_ylabel("test success (greedy)")
+                    label=f"{pretrain} pretraining steps")
+    ax.plot([ours["demonstrations"]], [ours["test_success_rate"]], "k*", markersize=12, label="π_ref (section 6)")
+    ax.set_xscale("log"); ax.set_xticks(sorted(points["demonstrations"].unique()))
+    ax.xaxis.set_major_formatter(plt.ScalarFormatter()); ax.minorticks_off()
+    ax.set_xlabel("expert demonstrations"); ax.set_ylabel("test success (greedy)")
     ax.set_ylim(0, 1); ax.legend(fontsize=8)
     ax.set_title(f"π_ref against the number of demonstrations ({sweep['sft_steps'].iloc[0]} imitation steps, 95% CI)")
     plots.save(fig, "02_ref_sweep")
     plt.show()
     display(sweep)
+    same = sweep[(sweep["demonstrations"] == profile.reference.demonstrations) & (sweep["pretrain_steps"] == 0)]
+    if len(same):
+        print(f"{profile.reference.demonstrations} demonstrations without the pretraining phase: "
+              f"{same['test_success_rate'].iloc[0]:.1%} test success, against {metrics['test_success_rate']:.1%} with "
+              f"{profile.reference.pretrain_steps} pretraining steps before the same {profile.reference.sft_steps} "
+              f"imitation steps")
 else:
     print("no committed sweep yet: run `python -m apo_helpers sweep-ref --save`")
 
@@ -361,8 +378,8 @@ print("all correct")
 #   not parse costs the format penalty and a turn.
 # - Training uses only assistant tokens, found from the chat structure for any tokenizer.
 # - Rollouts run all episodes of a batch in lockstep, one `generate` per turn. Batching speeds up the generation
-  steps, not the reading of the prompts, which every episode pays whichever way it is grouped: with prompts this
-  much longer than replies, the prefill bounds what batching can gain (section 4).
+#   steps, not the reading of the prompts, which every episode pays whichever way it is grouped: with prompts this
+#   much longer than replies, the prefill bounds what batching can gain (section 4).
 # - π_ref imitates the expert. Read the table above: it sits far below the expert (room for RL), near the rule
 #   baseline in success, and its k samples solve many more goals than its greedy episode does (pass@k): the
 #   successes A*PO's stage 1 needs (notebook 03).
