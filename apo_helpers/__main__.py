@@ -99,7 +99,7 @@ def cmd_sweep_ref(args) -> int:
     from .files import merge_csv_rows
 
     profile = get_profile(args.profile)
-    for pretrain in args.pretrain_steps:
+    for pretrain in args.pretrain_steps or [profile.reference.pretrain_steps]:
         for count in args.demonstrations:
             ref = train_reference(profile, None, count, pretrain, progress=not args.json)
             seed_everything(profile.seed)
@@ -365,8 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sweep-ref", help="pi_ref success against the number of demonstrations")
     p.add_argument("--profile", default=None)
-    p.add_argument("--demonstrations", type=int, nargs="+", default=[150, 300, 600])
-    p.add_argument("--pretrain-steps", type=int, nargs="+", default=[0, 150])
+    p.add_argument("--demonstrations", type=int, nargs="+", default=[150, 300, 1200],
+                   help="the profile's own count is pi_ref itself (train-ref)")
+    p.add_argument("--pretrain-steps", type=int, nargs="+", default=None, help="default: the profile's")
     p.add_argument("--save", action="store_true", help="merge each point into data/results/ref_sweep.csv")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep_ref)

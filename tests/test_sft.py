@@ -154,3 +154,17 @@ def test_pass_at_k_keys(reference):
     assert set(result) == {"split", "k", "goals", "pass_at_k", "sample_success"}
     assert (result["split"], result["k"], result["goals"]) == ("test", 2, 4)
     assert 0.0 <= result["sample_success"] <= result["pass_at_k"] <= 1.0   # a solved goal counts at least 1/k samples
+
+
+def test_sweep_ref_merges_each_point_into_the_results_table(tmp_path, monkeypatch, capsys):
+    import pandas as pd
+
+    import apo_helpers.__main__ as cli
+
+    monkeypatch.setattr(cli, "RESULTS_DIR", tmp_path)
+    args = ["sweep-ref", "--profile", "ci", "--demonstrations", "12", "--save", "--json"]
+    assert cli.main(args) == 0  # the profile's pretraining steps by default
+    assert cli.main(args[:5] + ["--pretrain-steps", "0"] + args[5:]) == 0
+    table = pd.read_csv(tmp_path / "ref_sweep.csv")
+    assert table[["demonstrations", "pretrain_steps"]].values.tolist() == [[12, 0], [12, P.reference.pretrain_steps]]
+    assert table["test_success_rate"].between(0, 1).all() and (table["successful_demonstrations"] <= 12).all()
