@@ -31,16 +31,20 @@ def merge_csv_rows(path: Path, rows: list[dict], keys: list[str]) -> None:
     (a sweep split over several processes) never lose one another's; the write itself is atomic."""
     import csv
     import fcntl
+    import io
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        old = list(csv.DictReader(path.open())) if path.exists() else []
+        old = list(csv.DictReader(io.StringIO(path.read_text()))) if path.exists() else []
         new_keys = {tuple(str(r[k]) for k in keys) for r in rows}
         kept = [r for r in old if tuple(r[k] for k in keys) not in new_keys]
         columns = list(dict.fromkeys([c for r in kept + rows for c in r]))
         merged = sorted(kept + [{c: str(v) for c, v in r.items()} for r in rows],
                         key=lambda r: tuple(float(r[k]) for k in keys))
-        lines = [",".join(columns)] + [",".join(r.get(c, "") for c in columns) for r in merged]
-        atomic_write_text(path, "\n".join(lines) + "\n")
+        out = io.StringIO()
+        writer = csv.DictWriter(out, columns, restval="", lineterminator="\n")  # quotes values with commas
+        writer.writeheader()
+        writer.writerows(merged)
+        atomic_write_text(path, out.getvalue())
