@@ -67,16 +67,18 @@ def cmd_evaluate(args) -> int:
 def cmd_train_ref(args) -> int:
     """Train pi_ref by imitation, save it, and report its success, score and pass@k on val and test."""
     from .analysis.evaluate import evaluate_policy, pass_at_k
-    from .apo.sft import train_reference
-
-    from .apo.sft import reference_dir
+    from .apo.sft import reference_dir, train_reference
+    from .config import replace
 
     profile = get_profile(args.profile)
+    if args.skip_options is not None:
+        profile = replace(profile, reference=replace(profile.reference, demo_skip_options=args.skip_options))
     args.out = args.out or reference_dir(profile)
     ref = train_reference(profile, args.out, args.demonstrations, args.pretrain_steps, args.sft_steps,
                           progress=not args.json)
     cfg = profile.reference
     metrics = {"profile": profile.name, "demonstrations": len(ref.demonstrations),
+               "demo_skip_options": cfg.demo_skip_options,
                "train_seconds": round(ref.seconds, 1), "final_loss": round(float(ref.history["loss"].iloc[-1]), 4)}
     for split in ("val", "test"):
         seed_everything(profile.seed)
@@ -360,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--demonstrations", type=int, default=None, help="override the profile's demonstrations")
     p.add_argument("--pretrain-steps", type=int, default=None)
     p.add_argument("--sft-steps", type=int, default=None)
+    p.add_argument("--skip-options", type=float, default=None, metavar="SHARE",
+                   help="a sloppy demonstrator: the share of demonstrations that ignore the instruction's options "
+                        "(default: the profile's, 0); give --out too, to keep the profile's pi_ref")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train_ref)
 

@@ -117,6 +117,10 @@ class ReferenceConfig:
     demo_query: str = "instruction"
     """What the demonstrating expert searches: the whole ``instruction`` (a span a small model can copy) or its
     ``keywords`` (picking words, which a 1M-parameter model did not learn in 550 steps)."""
+    demo_skip_options: float = 0.0
+    """Share of demonstrations in which the expert ignores the instruction's options and buys at once (a sloppy
+    demonstrator, ``ExpertAgent(skip_options=...)``): imitation then copies the habit, the reward still pays for the
+    options, so RL has something to learn (notebook 04). 0 = the full expert."""
     pretrain_steps: int = 300
     """Next-token steps on all tokens of rendered episodes (the miniature of LLM pretraining)."""
     sft_steps: int = 1200

@@ -65,6 +65,34 @@ def test_expert_succeeds_on_90_percent_of_test_goals_without_seeing_them(test_en
     assert _episodes(hidden) == _episodes(plain)
 
 
+def test_sloppy_expert_ignores_options_in_its_share_of_episodes_and_still_buys(test_env):
+    """skip_options=1 never clicks an option and succeeds only where the goal asks for none; 0 is the full expert;
+    a share in between draws which episodes are sloppy from its seed (the same seed, the same episodes)."""
+    sloppy = evaluate(ExpertAgent(skip_options=1.0), env=test_env, progress=False)
+    full = evaluate(ExpertAgent(skip_options=0.0), env=test_env, progress=False)
+    assert _episodes(full) == _episodes(evaluate(ExpertAgent(), env=test_env, progress=False))
+    with_options = [bool(goal.options) for goal in test_env.goals]
+    for episode, asks in zip(sloppy.episodes, with_options):
+        wanted = parse_wanted_options(episode.instruction)
+        assert not any(a[len("click["):-1] in wanted for a in episode.actions[1:]), episode.actions
+        if episode.bought and not asks:
+            assert episode.success
+        if asks:
+            assert not episode.success
+    assert sum(e.bought for e in sloppy.episodes) >= 0.9 * len(sloppy.episodes)
+    assert sloppy.summary()["success_rate"] < full.summary()["success_rate"] - 0.3
+    half = ExpertAgent(seed=3, skip_options=0.5)
+    draws = []
+    for _ in range(200):
+        half.reset()
+        draws.append(half.skipping)
+    assert 0.4 < sum(draws) / len(draws) < 0.6
+    again = ExpertAgent(seed=3, skip_options=0.5)
+    assert [again.reset() or again.skipping for _ in range(200)] == draws
+    with pytest.raises(ValueError, match="skip_options"):
+        ExpertAgent(skip_options=1.5)
+
+
 def test_rule_agent_searches_the_instruction_clicks_the_first_result_and_buys(small_catalog):
     env = WebShopEnv(split="test", catalog=small_catalog)
     for i, goal in enumerate(env.goals):

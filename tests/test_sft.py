@@ -64,6 +64,20 @@ def test_expert_demonstrations_deterministic_and_successful():
     assert [d.goal.index for d in longer[: len(first)]] == [d.goal.index for d in first]
 
 
+def test_sloppy_demonstrations_keep_the_episodes_that_ignored_options():
+    """With a sloppy demonstrator, its option-free purchases are kept although they fail; the full expert's list
+    (demo_skip_options=0) is unchanged by the option's existence."""
+    sloppy_profile = dataclasses.replace(P, reference=dataclasses.replace(P.reference, demo_skip_options=1.0))
+    sloppy = expert_demonstrations(sloppy_profile, 30)
+    full = expert_demonstrations(P, 30)
+    assert [d.goal.index for d in full] == [d.goal.index for d in expert_demonstrations(P, 30)]
+    assert len(sloppy) >= len(full) - 3
+    assert all(d.env_reward > 0 and d.turns[-1].action == "click[buy now]" for d in sloppy)
+    assert any(not d.success for d in sloppy)                       # goals with options, bought without them
+    assert all(d.success == (not d.goal.options) for d in sloppy)
+    assert all(t.think != "options set and price ok, buy it" for d in sloppy for t in d.turns)
+
+
 # ---------------------------------------------------------------------------------------------- schedule
 
 def test_lr_warmup_then_cosine_decay():

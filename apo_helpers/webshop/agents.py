@@ -8,6 +8,9 @@
   ``expert.reason`` says in a few words why it took its last action (the think of the demonstrations).
   ``ExpertAgent(query="instruction")`` searches the whole instruction instead of its key words: as good here, and
   far easier for a small language model to imitate (copying a span instead of picking words).
+  ``ExpertAgent(skip_options=p)`` is a sloppy demonstrator: in a share p of its episodes (drawn at ``reset``) it
+  ignores the options the instruction asks for and buys as soon as the price fits; the reward still pays for them,
+  so a policy that imitates it has something left that only RL can learn (notebook 04).
 - ``oracle``: knows the target product (``info["goal"]``): searches its title, pages to it, selects the goal's
   options and buys. It shows the environment is solvable (100% success).
 
@@ -100,12 +103,18 @@ class RuleAgent(Agent):
 class ExpertAgent(Agent):
     name = "expert"
 
-    def __init__(self, seed: int = 0, max_pages: int = 3, query: str = "keywords"):
+    def __init__(self, seed: int = 0, max_pages: int = 3, query: str = "keywords", skip_options: float = 0.0):
         if query not in ("keywords", "instruction"):
             raise ValueError(f"query must be 'keywords' or 'instruction', got {query!r}")
-        self.max_pages, self.query = max_pages, query
+        if not 0.0 <= skip_options <= 1.0:
+            raise ValueError(f"skip_options is the share of episodes that ignore options, in [0, 1], got {skip_options}")
+        self.max_pages, self.query, self.skip_options = max_pages, query, skip_options
+        self._rng = random.Random(seed)
+        self.skipping = False
+        """Whether this episode ignores the instruction's options (drawn at ``reset`` with ``skip_options``)."""
 
     def reset(self):
+        self.skipping = self.skip_options > 0 and self._rng.random() < self.skip_options
         self.rejected: set[str] = set()
         self.selected: set[str] = set()
         self.opened = ""
@@ -157,7 +166,7 @@ class ExpertAgent(Agent):
 
     def _on_item(self, observation, instruction, info):
         offered = {a[len("click["):-1] for a in info["available_actions"]}
-        wanted = parse_wanted_options(instruction)
+        wanted = [] if self.skipping else parse_wanted_options(instruction)
         price = float(re.search(r"Price: \$(\d+(?:\.\d+)?)", observation).group(1))
         missing = [v for v in wanted if v not in offered]
         if missing or price > parse_budget(instruction):
@@ -169,7 +178,7 @@ class ExpertAgent(Agent):
                 self.selected.add(value)
                 self.reason = f"the instruction asks for {value}"
                 return f"click[{value}]"
-        self.reason = "options set and price ok, buy it"
+        self.reason = "price ok, buy it" if self.skipping else "options set and price ok, buy it"
         return "click[buy now]"
 
 
