@@ -78,6 +78,24 @@ def test_sloppy_demonstrations_keep_the_episodes_that_ignored_options():
     assert all(t.think != "options set and price ok, buy it" for d in sloppy for t in d.turns)
 
 
+def test_cli_train_ref_skip_options_reaches_the_demonstrations(tmp_path, monkeypatch):
+    """``train-ref --skip-options`` trains on the sloppy demonstrator's episodes (the profile's pi_ref otherwise)."""
+    from apo_helpers import __main__ as cli
+    from apo_helpers.apo import sft
+
+    seen = []
+
+    def stop(profile, *args, **kwargs):
+        seen.append(profile.reference.demo_skip_options)
+        raise KeyboardInterrupt  # the demonstrations' setting is all this test needs
+
+    monkeypatch.setattr(sft, "train_reference", stop)
+    for argv in (["--skip-options", "0.5"], []):
+        with pytest.raises(KeyboardInterrupt):
+            cli.main(["train-ref", "--profile", "ci", "--out", str(tmp_path), *argv])
+    assert seen == [0.5, P.reference.demo_skip_options]
+
+
 # ---------------------------------------------------------------------------------------------- schedule
 
 def test_lr_warmup_then_cosine_decay():
