@@ -71,9 +71,11 @@ def cmd_train_ref(args) -> int:
     from .config import replace
 
     profile = get_profile(args.profile)
-    if args.skip_options is not None:
+    default_out = reference_dir(profile)
+    if args.skip_options:  # a sloppy pi_ref gets its own folder unless told: the profile's pi_ref is never replaced
         profile = replace(profile, reference=replace(profile.reference, demo_skip_options=args.skip_options))
-    args.out = args.out or reference_dir(profile)
+        default_out = default_out.with_name(f"{default_out.name}_skip_options_{args.skip_options:g}")
+    args.out = args.out or default_out
     ref = train_reference(profile, args.out, args.demonstrations, args.pretrain_steps, args.sft_steps,
                           progress=not args.json)
     cfg = profile.reference
@@ -364,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sft-steps", type=int, default=None)
     p.add_argument("--skip-options", type=float, default=None, metavar="SHARE",
                    help="a sloppy demonstrator: the share of demonstrations that ignore the instruction's options "
-                        "(default: the profile's, 0); give --out too, to keep the profile's pi_ref")
+                        "(default 0); saved to runs/pi_ref_<profile>_skip_options_<share> unless --out is given")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train_ref)
 

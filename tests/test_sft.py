@@ -79,21 +79,23 @@ def test_sloppy_demonstrations_keep_the_episodes_that_ignored_options():
 
 
 def test_cli_train_ref_skip_options_reaches_the_demonstrations(tmp_path, monkeypatch):
-    """``train-ref --skip-options`` trains on the sloppy demonstrator's episodes (the profile's pi_ref otherwise)."""
+    """``train-ref --skip-options`` trains on the sloppy demonstrator's episodes, in a folder of its own unless
+    ``--out`` names one (the profile's pi_ref otherwise)."""
     from apo_helpers import __main__ as cli
     from apo_helpers.apo import sft
 
     seen = []
 
-    def stop(profile, *args, **kwargs):
-        seen.append(profile.reference.demo_skip_options)
-        raise KeyboardInterrupt  # the demonstrations' setting is all this test needs
+    def stop(profile, out_dir, *args, **kwargs):
+        seen.append((profile.reference.demo_skip_options, str(out_dir)))
+        raise KeyboardInterrupt  # the demonstrations' setting and the folder are all this test needs
 
     monkeypatch.setattr(sft, "train_reference", stop)
-    for argv in (["--skip-options", "0.5"], []):
+    for argv in (["--skip-options", "0.5", "--out", str(tmp_path)], [], ["--skip-options", "0.25"]):
         with pytest.raises(KeyboardInterrupt):
-            cli.main(["train-ref", "--profile", "ci", "--out", str(tmp_path), *argv])
-    assert seen == [0.5, P.reference.demo_skip_options]
+            cli.main(["train-ref", "--profile", "ci", *argv])
+    assert seen == [(0.5, str(tmp_path)), (P.reference.demo_skip_options, str(sft.reference_dir(P))),
+                    (0.25, str(sft.reference_dir(P)) + "_skip_options_0.25")]
 
 
 # ---------------------------------------------------------------------------------------------- schedule
