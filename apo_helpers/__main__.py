@@ -182,6 +182,7 @@ def cmd_train(args) -> int:
     import pandas as pd
 
     from .analysis.evaluate import evaluate_policy
+    from .analysis.failures import OPTION_RATES, option_decisions, option_rates
     from .apo.trainer import train_run
     from .policy.models import load_policy
 
@@ -200,16 +201,18 @@ def cmd_train(args) -> int:
     if not args.skip_ref:
         seed_everything(profile.seed)
         ref_model, tokenizer = load_policy(ref, device())
-        ref_result, _ = evaluate_policy(ref_model, tokenizer, "test", profile.apo.test_episodes, profile,
-                                        name="pi_ref", progress=False)
+        ref_result, ref_episodes = evaluate_policy(ref_model, tokenizer, "test", profile.apo.test_episodes, profile,
+                                                   name="pi_ref", progress=False)
         s = ref_result.summary()
+        options = option_rates(option_decisions(ref_episodes))
         rows.append({"objective": "pi_ref", "seed": None, "profile": profile.name, "iterations": 0,
-                     "test_success": s["success_rate"], "test_score": s["mean_score"], "test_steps": s["mean_steps"],
-                     "test_invalid_rate": s["invalid_rate"]})
+                     "ref": Path(ref).name, "test_success": s["success_rate"], "test_score": s["mean_score"],
+                     "test_steps": s["mean_steps"], "test_invalid_rate": s["invalid_rate"],
+                     **{f"test_{k}": options[k] for k in OPTION_RATES}})
     table = pd.DataFrame(rows)
     curves = pd.concat([pd.read_csv(out / f"seed_{seed}" / "history.csv").assign(seed=seed) for seed in args.seeds])
     evals = pd.concat([pd.read_csv(out / f"seed_{seed}" / "evals.csv").assign(seed=seed) for seed in args.seeds])
-    stem = f"{args.objective}_{profile.name}"
+    stem = f"{args.name or args.objective}_{profile.name}"
     _write_tables(out, {"results.csv": table}, args.save,
                   {f"{stem}_seeds.csv": table, f"{stem}_history.csv": curves, f"{stem}_evals.csv": evals})
     trained = table[table["objective"] != "pi_ref"]
@@ -404,7 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE",
                    help="override APOConfig fields, e.g. --set beta2=0.01 temperature=0.7")
     p.add_argument("--resume", action="store_true", help="continue each seed from its latest checkpoint")
-    p.add_argument("--save", action="store_true", help="also write data/results/<objective>_<profile>_*.csv")
+    p.add_argument("--save", action="store_true", help="also write data/results/<name>_<profile>_*.csv")
+    p.add_argument("--name", default=None, help="the saved tables' name (default: the objective), e.g. apo_sloppy "
+                   "for runs from another pi_ref, so that they sit beside the default runs' tables")
     p.add_argument("--skip-ref", action="store_true", help="do not evaluate pi_ref on test (the comparison does once)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train)

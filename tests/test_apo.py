@@ -405,6 +405,21 @@ def test_cli_vstar_then_train(ref_dir, tmp_path, capsys):
     assert (tmp_path / "run" / "seed_0" / "policy" / "model.safetensors").exists()
     metrics = json.loads((tmp_path / "run" / "seed_0" / "metrics.json").read_text())
     assert metrics["vstar_key"] == summary["key"]
+    assert metrics["ref"] == ref_dir.name and "test_option_clicked" in metrics and "test_options_right" in results
+
+
+def test_cli_train_saves_under_a_name_of_its_own(ref_dir, tmp_path, monkeypatch, capsys):
+    import apo_helpers.__main__ as cli
+
+    monkeypatch.setattr(cli, "RESULTS_DIR", tmp_path / "results")
+    (tmp_path / "results").mkdir()
+    assert main(["train", "--profile", "ci", "--ref", str(ref_dir), "--vstar", str(tmp_path / "vs"), "--out",
+                 str(tmp_path / "run"), "--seeds", "0", "--iterations", "1", "--skip-ref", "--save",
+                 "--name", "apo_sloppy", "--json"]) == 0
+    saved = sorted(p.name for p in (tmp_path / "results").iterdir())
+    assert saved == ["apo_sloppy_ci_evals.csv", "apo_sloppy_ci_history.csv", "apo_sloppy_ci_seeds.csv"]
+    evals = pd.read_csv(tmp_path / "results" / "apo_sloppy_ci_evals.csv")
+    assert {"option_clicked", "options_right", "success_with_options", "success_without_options"} <= set(evals)
 
 
 def test_cli_train_without_reference_says_how_to_get_one(tmp_path, capsys):

@@ -320,3 +320,27 @@ def test_plot_writes_a_png(scripted, tmp_path, monkeypatch):
     plot_failure_classes(shares, "by_name")
     assert (tmp_path / "figures" / "by_name.png").exists()
     plt.close("all")
+
+
+def test_option_decisions_tell_an_expert_from_one_that_ignores_options():
+    from apo_helpers.analysis.failures import OPTION_RATES, option_decisions, option_rates, option_summary
+    from apo_helpers.webshop.agents import ExpertAgent
+
+    full = evaluate(ExpertAgent(0), "val", 40, progress=False)
+    sloppy = evaluate(ExpertAgent(0, skip_options=1.0), "val", 40, name="sloppy", progress=False)
+    tables = [option_decisions(full), option_decisions(sloppy)]
+    assert list(tables[1].columns) == ["method", "goal_index", "options", "clicked_option", "options_right", "success"]
+    assert not tables[1]["clicked_option"].any()  # it never clicks an option
+    with_options = tables[1][tables[1]["options"] > 0]
+    assert len(with_options) > 5 and not with_options["success"].any()  # and so never succeeds where they count
+    summary = option_summary(tables)
+    assert list(summary.index) == ["expert", "sloppy"]
+    assert summary["goals with options"].tolist() == [len(with_options)] * 2
+    assert summary.loc["expert", "an option clicked"] > 0.8 and summary.loc["sloppy", "an option clicked"] == 0
+    assert summary.loc["expert", "every option right"] > summary.loc["sloppy", "every option right"]
+    assert summary.loc["expert", "success (all)"] == pytest.approx(full.summary()["success_rate"])
+    rates = option_rates(tables[0])
+    assert set(OPTION_RATES) <= set(rates) and rates["option_goals"] == len(with_options)
+    assert rates["option_clicked"] == summary.loc["expert", OPTION_RATES["option_clicked"]]
+    empty = option_rates(tables[0].iloc[0:0])
+    assert empty["option_goals"] == 0 and all(empty[k] != empty[k] for k in OPTION_RATES)  # NaN, not an error

@@ -7,12 +7,12 @@ import pandas as pd
 from apo_helpers.analysis.readme import bench_train_table, render_readme, trained_table
 
 
-def _seeds(path, objective, successes):
+def _seeds(path, objective, successes, ref_success=0.385, **extra):
     rows = [{"objective": objective, "seed": s, "profile": "class", "iterations": 120, "test_success": v,
-             "test_score": 0.8, "test_steps": 4.0, "test_invalid_rate": 0.05, "train_seconds": 600.0}
+             "test_score": 0.8, "test_steps": 4.0, "test_invalid_rate": 0.05, "train_seconds": 600.0, **extra}
             for s, v in enumerate(successes)]
-    rows.append({"objective": "pi_ref", "seed": None, "profile": "class", "iterations": 0, "test_success": 0.385,
-                 "test_score": 0.736, "test_steps": 4.1, "test_invalid_rate": 0.085})
+    rows.append({"objective": "pi_ref", "seed": None, "profile": "class", "iterations": 0,
+                 "test_success": ref_success, "test_score": 0.736, "test_steps": 4.1, "test_invalid_rate": 0.085})
     pd.DataFrame(rows).to_csv(path, index=False)
 
 
@@ -21,9 +21,18 @@ def test_trained_table_gives_mean_spread_and_reference(tmp_path):
     _seeds(tmp_path / "apo_class_seeds.csv", "apo", [0.40, 0.45, 0.50])
     table = trained_table(tmp_path)
     lines = table.splitlines()
-    assert lines[2].startswith("| pi_ref (start) |") and "38.5%" in lines[2]
-    assert lines[3].startswith("| apo | 3 | 45.0% ± 4.1% | 40.0%, 45.0%, 50.0% |")
+    assert lines[2].startswith("| pi_ref (start) | full expert |") and "38.5%" in lines[2]
+    assert lines[3].startswith("| apo | full expert | 3 | 45.0% ± 4.1% | 40.0%, 45.0%, 50.0% |")
     assert "10.0" in lines[3]  # minutes per seed
+
+
+def test_trained_table_keeps_each_pi_ref_with_its_runs(tmp_path):
+    _seeds(tmp_path / "apo_class_seeds.csv", "apo", [0.40, 0.45, 0.50], demo_skip_options=0.0)
+    _seeds(tmp_path / "apo_sloppy_class_seeds.csv", "apo", [0.30, 0.35], ref_success=0.275, demo_skip_options=0.5)
+    lines = trained_table(tmp_path).splitlines()
+    assert len(lines) == 6
+    assert lines[4].startswith("| pi_ref (start) | options ignored in 50% | - | 27.5% |")
+    assert lines[5].startswith("| apo | options ignored in 50% | 2 | 32.5% ± 2.5% |")
 
 
 def test_bench_train_table_and_sections_are_filled(tmp_path):

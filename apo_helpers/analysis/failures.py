@@ -243,6 +243,59 @@ def examples(items, cls: str, k: int = 2) -> list:
     return list(itertools.islice((item for item in _items(items) if classify(item) == cls), k))
 
 
+def option_decisions(items, name: str | None = None) -> pd.DataFrame:
+    """The item-page decision per episode: one row per episode with the goal's number of options, whether an
+    option value was clicked on an item page at all, whether the purchase had every requested option
+    (``options_missing`` empty), and success. Notebook 04 reads it to see whether RL taught what the
+    demonstrations left out (a demonstrator that ignores options: ``ExpertAgent(skip_options=...)``)."""
+    name = name or getattr(items, "name", None) or "agent"
+    rows = []
+    for item in _items(items):
+        v = view(item)
+        goal = _goal_of(v, default_catalog())
+        clicked = any(ok and _item_page(obs) is not None and (c := _CLICK.fullmatch(a)) is not None
+                      and c.group(1) not in _NOT_OPTIONS for obs, a, ok in zip(v.observations, v.actions, v.valid))
+        b = v.breakdown
+        rows.append({"method": name, "goal_index": v.goal_index, "options": len(goal.options) if goal else 0,
+                     "clicked_option": bool(clicked), "options_right": bool(b is not None and not b["options_missing"]),
+                     "success": v.success})
+    return pd.DataFrame(rows, columns=["method", "goal_index", "options", "clicked_option", "options_right", "success"])
+
+
+OPTION_RATES = {"option_clicked": "an option clicked", "options_right": "every option right",
+                "success_with_options": "success (with options)",
+                "success_without_options": "success (without options)"}
+"""``option_rates``' keys and the column names ``option_summary`` gives them."""
+
+
+def option_rates(table: pd.DataFrame) -> dict:
+    """Of the goals of an ``option_decisions`` table that ask for options: the share where an option was clicked,
+    where the purchase had them all, and the success rate; and the success rate on the goals without options (which
+    the item-page decision cannot change). NaN where a group is empty."""
+    with_options, without = table[table["options"] > 0], table[table["options"] == 0]
+
+    def share(column, part):
+        return float(part[column].mean()) if len(part) else float("nan")
+
+    return {"option_goals": len(with_options), "option_clicked": share("clicked_option", with_options),
+            "options_right": share("options_right", with_options),
+            "success_with_options": share("success", with_options),
+            "success_without_options": share("success", without)}
+
+
+def option_summary(tables) -> pd.DataFrame:
+    """``option_rates`` per method (from one or several ``option_decisions`` tables), one row each, readable
+    column names."""
+    table = tables if isinstance(tables, pd.DataFrame) else pd.concat(list(tables), ignore_index=True)
+    rows = []
+    for method, part in table.groupby("method", sort=False):
+        rates = option_rates(part)
+        rows.append({"method": method, "goals with options": rates["option_goals"],
+                     **{label: rates[key] for key, label in OPTION_RATES.items()},
+                     "success (all)": float(part["success"].mean())})
+    return pd.DataFrame(rows).set_index("method")
+
+
 # ---------------------------------------------------------------------------------------------- explanations
 
 def _item_page(observation: str) -> tuple[str, float] | None:

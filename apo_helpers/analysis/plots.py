@@ -33,3 +33,14 @@ def success_bars(table: pd.DataFrame, title: str, ax=None):
     ax.set_title(title)
     ax.legend(loc="upper left", fontsize=8)
     return fig
+
+
+def seed_band(ax, table: pd.DataFrame, column: str, x: str = "iteration", label: str | None = None,
+              fmt: str = "-", alpha: float = 0.3) -> pd.DataFrame:
+    """Curves over seeds (notebooks 04 and 05): the mean of ``column`` at each ``x`` over the rows of ``table``
+    (one per seed and x), with the band between the lowest and the highest seed. Returns the mean/min/max table."""
+    band = table.groupby(x)[column].agg(["mean", "min", "max"])
+    ax.plot(band.index, band["mean"], fmt, label=label)
+    ax.fill_between(band.index, band["min"], band["max"], alpha=alpha)
+    ax.set_xlabel(x)
+    return band

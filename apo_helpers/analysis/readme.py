@@ -90,16 +90,23 @@ def bench_rollout_table(results: Path = RESULTS_DIR) -> str | None:
 
 
 def trained_table(results: Path = RESULTS_DIR) -> str | None:
-    """One row per trained objective (mean and spread over seeds) with pi_ref's row, from ``*_class_seeds.csv``."""
+    """Per ``*_class_seeds.csv`` (one pi_ref each): pi_ref's row, then one row per trained objective (mean and
+    spread over seeds); the demonstrations column tells the pi_refs apart."""
     paths = sorted(results.glob("*_class_seeds.csv"))
     if not paths:
         return None
-    rows, ref = [], None
+    rows = []
     for path in paths:
         df = pd.read_csv(path)
-        ref = df[df["objective"] == "pi_ref"].iloc[0] if ref is None else ref
+        ref = df[df["objective"] == "pi_ref"].iloc[0]
+        share = df["demo_skip_options"].dropna() if "demo_skip_options" in df else pd.Series(dtype=float)
+        demos = (f"options ignored in {share.iloc[0]:.0%}" if len(share) and share.iloc[0] > 0 else "full expert")
+        rows.append({"policy": "pi_ref (start)", "demonstrations": demos, "seeds": "-",
+                     "test success (mean ± std over seeds)": f"{ref['test_success']:.1%}", "per seed": "-",
+                     "test mean score": f"{ref['test_score']:.3f}", "mean steps": f"{ref['test_steps']:.2f}",
+                     "iterations": 0, "training minutes per seed (CPU)": "-"})
         for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
-            rows.append({"policy": objective, "seeds": len(runs),
+            rows.append({"policy": objective, "demonstrations": demos, "seeds": len(runs),
                          "test success (mean ± std over seeds)": f"{runs['test_success'].mean():.1%} ± "
                                                                  f"{runs['test_success'].std(ddof=0):.1%}",
                          "per seed": ", ".join(f"{v:.1%}" for v in runs["test_success"]),
@@ -107,9 +114,6 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
                          "mean steps": f"{runs['test_steps'].mean():.2f}",
                          "iterations": int(runs["iterations"].iloc[0]),
                          "training minutes per seed (CPU)": f"{runs['train_seconds'].mean() / 60:.1f}"})
-    rows.insert(0, {"policy": "pi_ref (start)", "seeds": "-", "test success (mean ± std over seeds)":
-                    f"{ref['test_success']:.1%}", "per seed": "-", "test mean score": f"{ref['test_score']:.3f}",
-                    "mean steps": f"{ref['test_steps']:.2f}", "iterations": 0, "training minutes per seed (CPU)": "-"})
     return _markdown(pd.DataFrame(rows))
 
 

@@ -40,6 +40,7 @@ from safetensors.torch import load_model, save_model
 from tqdm.auto import tqdm
 
 from ..analysis.evaluate import evaluate_policy
+from ..analysis.failures import OPTION_RATES, option_decisions, option_rates
 from ..config import Profile, device as default_device, seed_everything
 from ..files import atomic_write_text
 from ..policy.prompts import encode_chat, episode_chats
@@ -378,11 +379,13 @@ class Trainer:
 
     def evaluate(self, split: str = "val", episodes: int | None = None) -> dict:
         """Greedy success and score on the first ``episodes`` goals of ``split``."""
-        result, _ = evaluate_policy(self.model, self.tokenizer, split, episodes or self.config.eval_episodes,
-                                    self.profile, name="policy", progress=False)
+        result, trajectories = evaluate_policy(self.model, self.tokenizer, split,
+                                               episodes or self.config.eval_episodes, self.profile, name="policy",
+                                               progress=False)
         s = result.summary()
+        options = {k: v for k, v in option_rates(option_decisions(trajectories)).items() if k in OPTION_RATES}
         return {"iteration": self.state.iteration, "split": split, "success": s["success_rate"],
-                "score": s["mean_score"], "steps": s["mean_steps"], "invalid_rate": s["invalid_rate"]}
+                "score": s["mean_score"], "steps": s["mean_steps"], "invalid_rate": s["invalid_rate"], **options}
 
     # the loop -----------------------------------------------------------------------------------------------
     def run(self, progress: bool = True) -> TrainState:
@@ -471,6 +474,15 @@ class Trainer:
         return self.state.iteration
 
 
+def _demo_skip_options(ref_dir) -> float | None:
+    """The share of demonstrations that ignored the options, as pi_ref's ``metrics.json`` records it (None when
+    the folder has no such record, e.g. a policy saved by hand)."""
+    path = Path(ref_dir) / "metrics.json"
+    if not path.exists():
+        return None
+    return json.loads(path.read_text()).get("demo_skip_options", 0.0)
+
+
 def peak_memory_mb() -> float:
     """Peak GPU memory allocated by torch on CUDA, else the peak resident memory of this process (MiB)."""
     if torch.cuda.is_available():
@@ -539,8 +551,10 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
     state = trainer.run(progress)
     test = trainer.evaluate("test", profile.apo.test_episodes)
     metrics = {"objective": objective, "seed": seed, "profile": profile.name, "iterations": state.iteration,
+               "ref": Path(ref_dir).name, "demo_skip_options": _demo_skip_options(ref_dir),
                "test_success": test["success"], "test_score": test["score"], "test_steps": test["steps"],
-               "test_invalid_rate": test["invalid_rate"], "val_success": float(state.evals["success"].iloc[-1]),
+               "test_invalid_rate": test["invalid_rate"], **{f"test_{k}": test[k] for k in OPTION_RATES},
+               "val_success": float(state.evals["success"].iloc[-1]),
                "train_seconds": round(float(state.history["seconds"].sum()), 1),
                "wall_seconds_this_call": round(time.perf_counter() - start, 1),
                "episodes": int(state.iteration * profile.apo.batch_goals),
