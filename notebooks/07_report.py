@@ -73,6 +73,23 @@ if seeds is not None:
                      "train_seconds": runs["train_seconds"].mean(),
                      "notes": f"mean of {len(runs)} seeds (std {runs['test_success'].std(ddof=0):.3f}); interval over "
                               f"the pooled {n} episodes; from pi_ref (notebook 04)"})
+sloppy_path = RESULTS_DIR / "apo_sloppy_class_seeds.csv"
+if sloppy_path.exists():  # notebook 04 section 5: a pi_ref whose demonstrations ignored options half the time
+    sloppy = pd.read_csv(sloppy_path)
+    start, runs = sloppy[sloppy["objective"] == "pi_ref"].iloc[0], sloppy[sloppy["objective"] == "apo"]
+    n = 200 * len(runs)
+    rows.append({"method": "pi_ref (options ignored)", "success_rate": start["test_success"],
+                 "success_ci95": ci(start["test_success"], 200), "mean_score": start["test_score"],
+                 "mean_steps": start["test_steps"], "invalid_rate": start["test_invalid_rate"],
+                 "train_seconds": float("nan"),
+                 "notes": "imitation of a demonstrator that ignores the options in half its episodes (notebook 04)"})
+    rows.append({"method": "apo (from pi_ref, options ignored)", "success_rate": runs["test_success"].mean(),
+                 "success_ci95": ci(runs["test_success"].mean(), n), "mean_score": runs["test_score"].mean(),
+                 "mean_steps": runs["test_steps"].mean(), "invalid_rate": runs["test_invalid_rate"].mean(),
+                 "train_seconds": runs["train_seconds"].mean(),
+                 "notes": f"mean of {len(runs)} seeds (std {runs['test_success'].std(ddof=0):.3f}), "
+                          f"{int(runs['iterations'].iloc[0])} iterations; interval over the pooled {n} episodes "
+                          f"(notebook 04 section 5)"})
 compare_path = RESULTS_DIR / "compare_class_summary.csv"
 compare_table = pd.read_csv(compare_path) if compare_path.exists() else None
 if compare_table is not None:
