@@ -104,6 +104,7 @@ per_iteration = summary.set_index("objective")["train_seconds"] / live_iteration
 per_iteration.plot.barh(ax=axes[0], color="#4c72b0"); axes[0].set_xlabel("seconds per iteration")
 summary.set_index("objective")["peak_memory_mb"].plot.barh(ax=axes[1], color="#dd8452")
 axes[1].set_xlabel("peak memory (MiB; RSS on CPU, allocated on GPU)")
+axes[1].set_ylabel(""); axes[1].tick_params(labelleft=False)  # the same objectives, in the same order
 fig.suptitle(f"cost of one iteration of {profile.apo.batch_goals} episodes, on {device()}")
 plots.save(fig, "05_cost_per_iteration")
 
@@ -200,6 +201,7 @@ if bench_path.exists() and committed is not None:
     bench[parts].rename(columns=lambda c: c.replace("_seconds_median", "")).plot.barh(stacked=True, ax=ax)
     ax.set_xlabel(f"seconds per iteration (median, {bench['device'].iloc[0]}, {bench['torch_threads'].iloc[0]} threads)")
     ax.invert_yaxis()
+    ax.legend(bbox_to_anchor=(1.01, 1), loc="upper left", fontsize=8)  # beside the bars, not over them
     plots.save(fig, "05_iteration_cost")
     plt.show()
     ratio = costs.loc["grpo", "seconds"] / costs.loc["apo", "seconds"]

@@ -436,9 +436,11 @@ def test_train_run_resumes_a_finished_run_without_training(ref_dir, vstar, tmp_p
     save_vstar(vstar, vstar_folder, {})
     first = train_run(P, ref_dir, cache, tmp_path / "run", seed=0, iterations=2, progress=False)
     monkeypatch.setattr(Trainer, "iteration", lambda self: pytest.fail("trained again"))
+    monkeypatch.setattr(trainer_module, "peak_memory_mb", lambda: 1.0)  # as if a fresh process only loaded it
     again = train_run(P, ref_dir, cache, tmp_path / "run", seed=0, iterations=2, resume=True, progress=False)
     assert again["iterations"] == first["iterations"] == 2
     assert again["test_success"] == first["test_success"]
+    assert again["peak_memory_mb"] == first["peak_memory_mb"] > 1.0  # the training's peak, not the resume's
 
 
 def test_set_overrides_apo_fields():

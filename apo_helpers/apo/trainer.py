@@ -262,6 +262,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(parameters, lr=self.config.lr, weight_decay=0.0, betas=(0.9, 0.95))
         self.rng = random.Random(seed)  # the same goals on every process: each then takes its share
         self.state = TrainState(0, pd.DataFrame(), pd.DataFrame())
+        self.earlier_peak_memory_mb = 0.0  # the peak of the calls before a resume (a process only knows its own)
         seed_everything(seed + self.rank)  # each process samples its own rollouts
 
     # one iteration ------------------------------------------------------------------------------------------
@@ -435,7 +436,8 @@ class Trainer:
         atomic_write_text(tmp / "state.json", json.dumps({
             "iteration": self.state.iteration, "objective": self.objective_name, "seed": self.seed,
             "goal_rng": _rng_state(self.rng), "python_rng": _rng_state(random),
-            "numpy_rng": _numpy_rng_state(), "vstar_key": self.vstar.key}))
+            "numpy_rng": _numpy_rng_state(), "vstar_key": self.vstar.key,
+            "peak_memory_mb": self.peak_memory_mb()}))
         self.state.history.to_csv(tmp / "history.csv", index=False)
         self.state.evals.to_csv(tmp / "evals.csv", index=False)
         shutil.rmtree(final, ignore_errors=True)
@@ -471,7 +473,12 @@ class Trainer:
         name, keys, pos, has_gauss, cached = state["numpy_rng"]
         np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
         self.state = TrainState(state["iteration"], pd.read_csv(path / "history.csv"), pd.read_csv(path / "evals.csv"))
+        self.earlier_peak_memory_mb = state.get("peak_memory_mb", 0.0)
         return self.state.iteration
+
+    def peak_memory_mb(self) -> float:
+        """The run's peak memory over every call that trained it: a resumed run keeps the peak of its first part."""
+        return max(self.earlier_peak_memory_mb, peak_memory_mb())
 
 
 def _demo_skip_options(ref_dir) -> float | None:
@@ -559,7 +566,7 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
                "wall_seconds_this_call": round(time.perf_counter() - start, 1),
                "episodes": int(state.iteration * profile.apo.batch_goals),
                "generated_tokens": int(state.history["generated_tokens"].sum()), "vstar_key": vstar.key,
-               "vstar_seconds": vstar.seconds, "peak_memory_mb": peak_memory_mb(), "device": str(_device_of(model)),
+               "vstar_seconds": vstar.seconds, "peak_memory_mb": trainer.peak_memory_mb(), "device": str(_device_of(model)),
                "processes": accelerator.num_processes}
     if accelerator.is_main_process:
         state.history.to_csv(out_dir / "history.csv", index=False)
