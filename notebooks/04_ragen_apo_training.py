@@ -310,22 +310,23 @@ if sloppy_evals_path.exists():
     plt.show()
 
 # %% [markdown]
-# **What this says.** Read the option columns first. The full π_ref clicks an option on most goals that ask for
-# one; the π_ref of the careless demonstrator on far fewer, and so it rarely succeeds there, while on goals without
-# options the two are alike. A*PO from it raises the clicking rate on average, and where a seed learned to click
-# (the per-seed table), the success on goals with options rose with it; but the seeds disagree (one may not move at
-# all), the purchases often still miss an option value, and the gain in overall success stays near the spread over
-# seeds, far from the +10 points this notebook aims for. What was measured while building this section (one seed
-# each, logs not committed): a lower learning rate, β₂ three times smaller or larger, sampling temperature 0.7,
-# twice the goals per iteration, only the goals whose stage-1 samples disagree (StarPO-S's filter, which here
-# dropped most goals with options: their samples never succeed), and 150 instead of 60 iterations; none moved test
-# success by more than the noise of 200 goals, and the long run lost again what it had gained on val by iteration 60
-# (why these runs stop there). Why the signal is weak: choosing to click an option is one token early in the think
-# on the item page, while the regression spreads each trajectory's r − V* over all its tokens, including a search
-# query that sampling at temperature 1 garbles; half of each batch (goals without options) says nothing about that
-# decision; and the item page does not show which options are already selected, so a policy that clicks can loop
-# between two values. The levers left: credit at the turn where the decision is made, an item page that marks the
-# selected options, and a pretrained model (`gpu` profile).
+# **What this says.** Read the option columns first. The full π_ref clicks an option on most goals that ask for one;
+# the π_ref of the careless demonstrator on far fewer, and so it rarely succeeds there, while on goals without options
+# the two are alike. A*PO from it raises the clicking rate on average, and where a seed learned to click (the per-seed
+# table), the success on goals with options rose with it; but the seeds disagree (one may not move at all), the
+# purchases often still miss an option value, and the gain in overall success stays near the spread over seeds, far
+# from the +10 points this notebook aims for. What was measured while building this section (one seed each, logs not
+# committed): a lower learning rate, β₂ three times smaller or larger, sampling temperature 0.7, twice the goals per
+# iteration, only the goals that ask for options, only the goals whose stage-1 samples disagree (StarPO-S's filter,
+# which here dropped most goals with options: their samples never succeed), and 150 instead of 60 iterations; none
+# moved test success by more than the noise of 200 goals, and the long run lost again what it had gained on val by
+# iteration 60 (why these runs stop there). Why the signal is weak, as far as measured: choosing to click an option is
+# one token early in the think on the item page, while the regression spreads each trajectory's r − V* over all its
+# tokens, including a search query that sampling at temperature 1 garbles (drawing only goals with options did not
+# help, so it is not that half of each batch says nothing about the decision); and the item page does not show which
+# options are already selected, so a policy that clicks can loop between two values. The levers left: credit at the
+# turn where the decision is made, an item page that marks the selected options, and a pretrained model (`gpu`
+# profile).
 #
 # ## 6. β₂: how far the policy may move from π_ref
 #
