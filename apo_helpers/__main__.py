@@ -182,7 +182,7 @@ def cmd_train(args) -> int:
     import pandas as pd
 
     from .analysis.evaluate import evaluate_policy
-    from .analysis.failures import OPTION_RATES, option_decisions, option_rates
+    from .analysis.failures import option_columns
     from .apo.trainer import train_run
     from .policy.models import load_policy
 
@@ -204,11 +204,10 @@ def cmd_train(args) -> int:
         ref_result, ref_episodes = evaluate_policy(ref_model, tokenizer, "test", profile.apo.test_episodes, profile,
                                                    name="pi_ref", progress=False)
         s = ref_result.summary()
-        options = option_rates(option_decisions(ref_episodes))
         rows.append({"objective": "pi_ref", "seed": None, "profile": profile.name, "iterations": 0,
                      "ref": Path(ref).name, "test_success": s["success_rate"], "test_score": s["mean_score"],
                      "test_steps": s["mean_steps"], "test_invalid_rate": s["invalid_rate"],
-                     **{f"test_{k}": options[k] for k in OPTION_RATES}})
+                     **option_columns(ref_episodes, "test_")})
     table = pd.DataFrame(rows)
     curves = pd.concat([pd.read_csv(out / f"seed_{seed}" / "history.csv").assign(seed=seed) for seed in args.seeds])
     evals = pd.concat([pd.read_csv(out / f"seed_{seed}" / "evals.csv").assign(seed=seed) for seed in args.seeds])

@@ -263,16 +263,16 @@ if history_path.exists() and seeds_path.exists():
 # (`analysis.failures.option_decisions`); the full π_ref's row is computed here, live.
 
 # %%
-from apo_helpers.analysis.failures import OPTION_RATES, option_decisions, option_rates
+from apo_helpers.analysis.failures import OPTION_RATES, option_columns
 
 sloppy_path = RESULTS_DIR / "apo_sloppy_class_seeds.csv"
 columns = {"test_success": "test success", "test_score": "test score",
            **{f"test_{key}": label for key, label in OPTION_RATES.items()}}
 seed_everything(profile.seed)
-_, full_episodes = evaluate_policy(ref_model, tokenizer, "test", profile.apo.test_episodes, profile, progress=False)
-full_row = pd.Series({"test_success": np.mean([t.success for t in full_episodes]),
-                      "test_score": np.mean([t.env_reward for t in full_episodes]),
-                      **{f"test_{k}": v for k, v in option_rates(option_decisions(full_episodes)).items()}})
+full_eval, full_episodes = evaluate_policy(ref_model, tokenizer, "test", profile.apo.test_episodes, profile,
+                                           progress=False)
+full_row = pd.Series({"test_success": full_eval.summary()["success_rate"],
+                      "test_score": full_eval.summary()["mean_score"], **option_columns(full_episodes, "test_")})
 if sloppy_path.exists():
     sloppy = pd.read_csv(sloppy_path)
     sloppy_runs, sloppy_ref = sloppy[sloppy["objective"] == "apo"], sloppy[sloppy["objective"] == "pi_ref"].iloc[0]

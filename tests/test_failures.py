@@ -323,7 +323,8 @@ def test_plot_writes_a_png(scripted, tmp_path, monkeypatch):
 
 
 def test_option_decisions_tell_an_expert_from_one_that_ignores_options():
-    from apo_helpers.analysis.failures import OPTION_RATES, option_decisions, option_rates, option_summary
+    from apo_helpers.analysis.failures import (OPTION_RATES, option_columns, option_decisions, option_rates,
+                                               option_summary)
     from apo_helpers.webshop.agents import ExpertAgent
 
     full = evaluate(ExpertAgent(0), "val", 40, progress=False)
@@ -342,5 +343,6 @@ def test_option_decisions_tell_an_expert_from_one_that_ignores_options():
     rates = option_rates(tables[0])
     assert set(OPTION_RATES) <= set(rates) and rates["option_goals"] == len(with_options)
     assert rates["option_clicked"] == summary.loc["expert", OPTION_RATES["option_clicked"]]
+    assert option_columns(full, "test_") == {f"test_{k}": rates[k] for k in OPTION_RATES}
     empty = option_rates(tables[0].iloc[0:0])
     assert empty["option_goals"] == 0 and all(empty[k] != empty[k] for k in OPTION_RATES)  # NaN, not an error

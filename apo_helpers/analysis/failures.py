@@ -283,6 +283,13 @@ def option_rates(table: pd.DataFrame) -> dict:
             "success_without_options": share("success", without)}
 
 
+def option_columns(items, prefix: str = "") -> dict:
+    """The ``OPTION_RATES`` of some episodes as result columns (``prefix`` + key): what every A*PO evaluation and
+    pi_ref's row of ``train`` record."""
+    rates = option_rates(option_decisions(items))
+    return {prefix + key: rates[key] for key in OPTION_RATES}
+
+
 def option_summary(tables) -> pd.DataFrame:
     """``option_rates`` per method (from one or several ``option_decisions`` tables), one row each, readable
     column names."""

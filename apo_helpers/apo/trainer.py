@@ -40,7 +40,7 @@ from safetensors.torch import load_model, save_model
 from tqdm.auto import tqdm
 
 from ..analysis.evaluate import evaluate_policy
-from ..analysis.failures import OPTION_RATES, option_decisions, option_rates
+from ..analysis.failures import OPTION_RATES, option_columns
 from ..config import Profile, device as default_device, seed_everything
 from ..files import atomic_write_text
 from ..policy.prompts import encode_chat, episode_chats
@@ -384,9 +384,9 @@ class Trainer:
                                                episodes or self.config.eval_episodes, self.profile, name="policy",
                                                progress=False)
         s = result.summary()
-        options = {k: v for k, v in option_rates(option_decisions(trajectories)).items() if k in OPTION_RATES}
         return {"iteration": self.state.iteration, "split": split, "success": s["success_rate"],
-                "score": s["mean_score"], "steps": s["mean_steps"], "invalid_rate": s["invalid_rate"], **options}
+                "score": s["mean_score"], "steps": s["mean_steps"], "invalid_rate": s["invalid_rate"],
+                **option_columns(trajectories)}
 
     # the loop -----------------------------------------------------------------------------------------------
     def run(self, progress: bool = True) -> TrainState:
