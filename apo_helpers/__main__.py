@@ -170,6 +170,35 @@ def cmd_vstar(args) -> int:
     return 0
 
 
+def cmd_decisions(args) -> int:
+    """The item-page decision of several policies at the same item pages (those one policy reaches greedily)."""
+    import pandas as pd
+
+    from .analysis.decisions import decision_summary, item_page_states, option_click_rates
+    from .policy.models import load_policy
+
+    profile = get_profile(args.profile)
+    named = []
+    for pair in args.models:
+        name, sep, folder = pair.partition("=")
+        if not sep or not name or not (Path(folder) / "model.safetensors").exists():
+            raise ValueError(f"--models takes NAME=FOLDER pairs with a model.safetensors in FOLDER, got {pair!r}")
+        named.append((name, folder))
+    model, tokenizer = load_policy(args.states_from, device())
+    goals, chats = item_page_states(model, tokenizer, args.split, args.episodes, profile)
+    tables = []
+    for name, folder in named:
+        model, tokenizer = load_policy(folder, device())
+        tables.append(option_click_rates(model, tokenizer, goals, chats, profile, name, args.samples, seed=args.seed))
+    table = pd.concat(tables, ignore_index=True)
+    print(decision_summary(table).round(3).to_string())
+    if args.save:
+        path = RESULTS_DIR / f"decisions_{profile.name}.csv"
+        atomic_write_text(path, table.to_csv(index=False))
+        print(f"saved {path}")
+    return 0
+
+
 def _main_process() -> bool:
     """False in every process but the first under ``accelerate launch`` / ``torchrun``."""
     from accelerate import PartialState
@@ -394,6 +423,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/vstar", help="cache folder; the table goes to <out>/<key>/")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_vstar)
+
+    p = sub.add_parser("decisions", help="how likely each policy clicks an option at the same item pages")
+    p.add_argument("--states-from", required=True, help="the policy whose greedy episodes give the item pages")
+    p.add_argument("--models", nargs="+", required=True, help="NAME=FOLDER of each policy to probe")
+    p.add_argument("--split", default="test")
+    p.add_argument("--episodes", type=int, default=200, help="first goals of the split (those with options count)")
+    p.add_argument("--samples", type=int, default=16, help="sampled replies per item page (temperature 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", default=None, help="ci | class | gpu (default: $APO_PROFILE or class)")
+    p.add_argument("--save", action="store_true", help="write data/results/decisions_<profile>.csv")
+    p.set_defaults(func=cmd_decisions)
 
     p = sub.add_parser("train", help="RAGEN's loop with A*PO (or another objective), one run per seed")
     p.add_argument("--objective", default="apo", help="objective name (apo)")

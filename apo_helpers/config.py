@@ -211,6 +211,9 @@ class APOConfig:
     """Score the batch without gradients, then re-run each micro-batch's forward pass and backpropagate the loss's
     gradient with respect to its log-probs: the same gradients, the memory of one micro-batch's graph instead of
     the whole batch's, for one more forward pass. Needed by pretrained models' long chats (gpu profile)."""
+    split_samples: int = 4
+    """``apo_split`` only: pi_ref continuations from each trajectory's first item page that give its V* (stage 1's
+    soft maximum with ``beta1``); each iteration samples ``batch_goals * split_samples`` short episodes more."""
     group_size: int = 1
     """Rollouts per goal in an iteration (A*PO: 1; the group objectives grpo / starpo_s need several)."""
     # the other objectives (notebook 05)

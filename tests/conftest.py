@@ -1,4 +1,5 @@
-"""Shared fixtures for the environment tests: small generated catalogs and environments opened on each page kind."""
+"""Shared fixtures: small generated catalogs and environments opened on each page kind (environment tests), and a
+ci-sized pi_ref trained once per session (the A*PO and decision-probe tests)."""
 
 from __future__ import annotations
 
@@ -90,3 +91,14 @@ def torch_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def ci_ref_dir(tmp_path_factory):
+    """A ci-profile pi_ref trained in a temporary folder (seconds), so the tests run on a fresh clone. Read only."""
+    from apo_helpers.apo.sft import train_reference
+    from apo_helpers.config import get_profile
+
+    out = tmp_path_factory.mktemp("ci_pi_ref") / "pi_ref"
+    train_reference(get_profile("ci"), out_dir=out, progress=False)
+    return out

@@ -17,8 +17,10 @@ import torch
 from apo_helpers.__main__ import main
 from apo_helpers.apo import trainer as trainer_module
 from apo_helpers.apo.losses import OBJECTIVES, ObjectiveInputs, apo_loss, apo_objective, kl_estimate
-from apo_helpers.apo.sft import expert_demonstrations, train_reference
-from apo_helpers.apo.trainer import Trainer, latest_checkpoint, load_models, train_run, trained_sequences
+from apo_helpers.apo.sft import expert_demonstrations
+from apo_helpers.apo.trainer import (Trainer, latest_checkpoint, load_models, objective_inputs, train_run,
+                                     trained_sequences)
+from apo_helpers.apo.turn_credit import decision_turn, split_values
 from apo_helpers.apo.vstar import (VStarTable, cache_key, load_vstar, optimal_value, stage1, stage1_goals,
                                    vstar_table, weights_hash)
 from apo_helpers.config import get_profile, seed_everything
@@ -147,10 +149,8 @@ def test_objectives_registry_has_apo():
 # ---------------------------------------------------------------------------------------------- pi_ref, stage 1
 
 @pytest.fixture(scope="module")
-def ref_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("apo") / "pi_ref"
-    train_reference(P, out_dir=out, progress=False)
-    return out
+def ref_dir(ci_ref_dir):
+    return ci_ref_dir
 
 
 @pytest.fixture(scope="module")
@@ -389,6 +389,63 @@ def test_answer_only_logprobs_train_fewer_tokens(ref_dir, vstar):
     _, every, _ = trained_sequences(trajectories, trainer.tokenizer, P.policy.window, "all")
     _, answer, _ = trained_sequences(trajectories, trainer.tokenizer, P.policy.window, "answer")
     assert sum(map(sum, answer)) <= sum(map(sum, every))
+
+
+# ---------------------------------------------------------------------------------------------- apo_split
+
+@pytest.fixture(scope="module")
+def demos():
+    """Expert episodes: search, click an item, then the item page (options, buy)."""
+    return expert_demonstrations(P, 4)
+
+
+def test_decision_turn_is_the_first_item_page(demos):
+    for demo in demos:
+        k = decision_turn(demo)
+        assert "click[buy now]" in demo.turns[k].actions
+        assert all("click[buy now]" not in u.actions for u in demo.turns[:k]) and k == 2  # search, results, item
+    search_only = dataclasses.replace(demos[0], turns=demos[0].turns[:1])
+    assert decision_turn(search_only) is None
+
+
+def test_split_values_from_pi_ref_continuations(models, demos):
+    _, ref_model, tokenizer = models
+    seed_everything(0)
+    split = split_values(ref_model, tokenizer, demos, P, samples=3)
+    assert split.turn == [decision_turn(d) for d in demos] and split.continuations == 3 * len(demos)
+    assert np.all(np.isfinite(split.value)) and np.all(split.value <= 1.0)
+    assert split.reward_before.tolist() == [0.0] * len(demos)  # the expert's replies all parse: no penalty before
+    seed_everything(0)
+    again = split_values(ref_model, tokenizer, demos, P, samples=3)
+    assert np.array_equal(split.value, again.value)           # seeded: the same continuations
+    with pytest.raises(ValueError, match="split_samples"):
+        split_values(ref_model, tokenizer, demos, P, samples=0)
+
+
+def test_objective_inputs_mark_the_turns_after_the_split(models, demos):
+    model, ref_model, tokenizer = models
+    table = VStarTable(vstar_table([d.goal for d in demos], [[0.5, 1.0]] * len(demos), P.apo.beta1), "demo-goals")
+    seed_everything(0)
+    split = split_values(ref_model, tokenizer, demos, P, samples=2)
+    inputs = objective_inputs(model, ref_model, demos, tokenizer, table, P, split=split)
+    sequences, masks, owner = trained_sequences(demos, tokenizer, P.policy.window)
+    for row, demo in enumerate(demos):  # one chat per turn: count the assistant tokens of the turns from k on
+        chats = [m for m, o in zip(masks, owner) if o == row]
+        want = sum(sum(m) for m in chats[split.turn[row]:])
+        assert int(inputs.token_after_split[inputs.token_row == row].sum()) == want > 0
+    assert inputs.split_value.tolist() == pytest.approx(split.value.tolist())
+    loss, stats = OBJECTIVES["apo_split"](inputs, P.apo)
+    assert math.isfinite(loss.item()) and stats["split_fraction"] == 1.0
+
+
+def test_apo_split_trains_and_records_its_cost(ref_dir, vstar):
+    trainer = _trainer(ref_dir, vstar, objective="apo_split")
+    row = trainer.iteration()
+    assert {"split_seconds", "split_fraction", "split_value", "advantage_after_split"} <= set(row)
+    assert row["kl"] == pytest.approx(0.0, abs=1e-5)
+    whole = dataclasses.replace(P, policy=dataclasses.replace(P.policy, window=None))
+    with pytest.raises(ValueError, match="window=1"):
+        _trainer(ref_dir, vstar, objective="apo_split", profile=whole)
 
 
 # ---------------------------------------------------------------------------------------------- command line

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from apo_helpers.apo.losses import (OBJECTIVES, ObjectiveInputs, advantage_weights, clipped_surrogate, entropy_bonus,
+from apo_helpers.apo.losses import (OBJECTIVES, ObjectiveInputs, advantage_weights, apo_loss, apo_split_loss,
+                                    apo_split_objective, clipped_surrogate, entropy_bonus,
                                     filter_by_variance, gae, group_normalize, grpo_objective, kl_k3,
                                     kl_pg_objective, ppo_objective, starpo_s_objective, weighted_sft_objective)
 from apo_helpers.apo.value_head import ValueHead, turn_positions
@@ -46,7 +47,7 @@ def _batch(token_logp, token_row, reward, *, ref=None, old=None, group=None, vst
 
 
 def test_registry_names_every_objective():
-    assert set(OBJECTIVES) == {"apo", "grpo", "ppo", "starpo_s", "kl_pg", "weighted_sft"}
+    assert set(OBJECTIVES) == {"apo", "apo_split", "grpo", "ppo", "starpo_s", "kl_pg", "weighted_sft"}
 
 
 # ---------------------------------------------------------------------------------------------- shared pieces
@@ -98,6 +99,73 @@ def test_entropy_bonus_counts_only_kept_trajectories():
     kept = entropy_bonus(loss, inputs, _config(entropy_coef=0.1), torch.tensor([False, True]))
     assert kept.item() == pytest.approx(-0.15)  # trajectory 1's tokens only
     assert entropy_bonus(loss, inputs, _config()).item() == 0.0
+
+
+# ---------------------------------------------------------------------------------------------- A*PO split at a state
+
+def _split_batch(token_logp, ref, after):
+    """Two trajectories of three tokens: the first split before its last two tokens, the second not split."""
+    return _batch(torch.tensor(token_logp, requires_grad=True), [0, 0, 0, 1, 1, 1], [0.9, 0.2], ref=ref,
+                  vstar=[0.5, 0.6], token_after_split=torch.tensor(after),
+                  split_value=torch.tensor([0.7, 0.0]), reward_before_split=torch.tensor([-0.1, 0.2]))
+
+
+def test_apo_split_loss_hand_computed():
+    # trajectory 1: before-part log-ratio 0.5, after-part 2.0; targets -0.1 + 0.7 - 0.5 = 0.1 and 0.9 + 0.1 - 0.7 = 0.3
+    # trajectory 2 (not split): log-ratio 1.0, target 0.2 - 0.6 = -0.4, after-part empty
+    loss = apo_split_loss(torch.tensor([0.5, 1.0]), torch.zeros(2), torch.tensor([2.0, 0.0]), torch.zeros(2),
+                          torch.tensor([0.9, 0.2]), torch.tensor([-0.1, 0.2]), torch.tensor([0.5, 0.6]),
+                          torch.tensor([0.7, 0.0]), beta2=0.1)
+    expected = ((0.05 - 0.1) ** 2 + (0.2 - 0.3) ** 2 + (0.1 + 0.4) ** 2) / 2
+    assert loss.item() == pytest.approx(expected)
+
+
+def test_apo_split_without_a_split_is_apo():
+    logp, ref = torch.tensor([-1.0, -2.0]), torch.tensor([-1.5, -1.0])
+    reward, vstar = torch.tensor([0.8, 0.1]), torch.tensor([0.5, 0.4])
+    split = apo_split_loss(logp, ref, torch.zeros(2), torch.zeros(2), reward, reward, vstar, torch.zeros(2), 0.2)
+    assert split.item() == pytest.approx(apo_loss(logp, ref, reward, vstar, 0.2).item())
+
+
+def test_apo_split_objective_sums_each_part_of_the_trajectory():
+    token_logp = [-0.5, -1.0, -1.5, -0.2, -0.3, -0.4]
+    ref = torch.tensor([-1.0, -1.0, -1.0, -1.0, -1.0, -1.0])
+    after = [False, True, True, False, False, False]
+    inputs = _split_batch(token_logp, ref, after)
+    loss, stats = apo_split_objective(inputs, _config(beta2=0.1, entropy_coef=0.0))
+    before_1, after_1, whole_2 = 0.5, 0.0 + -0.5, 0.8 + 0.7 + 0.6
+    expected = apo_split_loss(torch.tensor([before_1, whole_2]), torch.zeros(2), torch.tensor([after_1, 0.0]),
+                              torch.zeros(2), torch.tensor([0.9, 0.2]), torch.tensor([-0.1, 0.2]),
+                              torch.tensor([0.5, 0.6]), torch.tensor([0.7, 0.0]), 0.1)
+    assert loss.item() == pytest.approx(expected.item())
+    assert stats["split_value"] == pytest.approx(0.7)             # only the split trajectory counts
+    assert stats["advantage_after_split"] == pytest.approx(0.9 + 0.1 - 0.7)
+    # the after-part's tokens get the gradient of the after-part's residual only
+    loss.backward()
+    grad = inputs.token_logp.grad
+    residual_after = 0.1 * after_1 - 0.3
+    assert grad[1].item() == pytest.approx(2 * residual_after * 0.1 / 2)
+    assert grad[1].item() == pytest.approx(grad[2].item())
+    assert grad[0].item() != pytest.approx(grad[1].item())
+
+
+def test_apo_split_is_zero_when_each_part_meets_its_target():
+    # trajectory 1: parts at their targets 0.1 / 0.3 (beta2 = 0.1 -> log-ratios 1.0 and 3.0): the whole then
+    # meets A*PO's r - V* = 0.4, so A*PO's loss is 0 too
+    token_logp = [0.0, 1.0, 2.0, -4.0, 0.0, 0.0]
+    inputs = _split_batch(token_logp, torch.tensor([-1.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+                          [False, True, True, False, False, False])
+    loss, _ = apo_split_objective(inputs, _config(beta2=0.1, entropy_coef=0.0))
+    assert loss.item() == pytest.approx(0.0, abs=1e-10)
+    assert apo_loss(inputs.logp, inputs.logp_ref, inputs.reward, inputs.vstar, 0.1).item() == pytest.approx(0, abs=1e-10)
+
+
+def test_apo_split_names_what_is_missing():
+    inputs = _batch(torch.zeros(2), [0, 1], [1.0, 0.0])
+    with pytest.raises(ValueError, match="split_values"):
+        apo_split_objective(inputs, _config(beta2=0.1))
+    with pytest.raises(ValueError, match="beta2"):
+        apo_split_loss(*[torch.zeros(1)] * 8, beta2=0.0)
 
 
 # ---------------------------------------------------------------------------------------------- GRPO, StarPO-S
@@ -258,7 +326,10 @@ def _toy_inputs(logits, value):
     rows = torch.arange(len(ACTIONS))
     return _batch(token, rows, REWARDS, ref=torch.full((len(ACTIONS),), -math.log(3)), group=GROUPS,
                   vstar=[0.4] * len(ACTIONS), values=value.expand(len(ACTIONS)), turn_row=rows,
-                  turn_rewards=torch.tensor(REWARDS), token_turn=rows)
+                  turn_rewards=torch.tensor(REWARDS), token_turn=rows,
+                  # apo_split: no trajectory split (one-step episodes), so it is A*PO here
+                  token_after_split=torch.zeros(len(ACTIONS), dtype=torch.bool), split_value=torch.zeros(len(ACTIONS)),
+                  reward_before_split=torch.tensor(REWARDS))
 
 
 @pytest.mark.parametrize("name", sorted(OBJECTIVES))

@@ -33,6 +33,12 @@ def test_trained_table_keeps_each_pi_ref_with_its_runs(tmp_path):
     assert len(lines) == 6
     assert lines[4].startswith("| pi_ref (start) | options ignored in 50% | - | 27.5% |")
     assert lines[5].startswith("| apo | options ignored in 50% | 2 | 32.5% ± 2.5% |")
+    # a second objective from the same pi_ref joins its group without repeating pi_ref's row
+    _seeds(tmp_path / "apo_split_sloppy_class_seeds.csv", "apo_split", [0.28], ref_success=0.275,
+           demo_skip_options=0.5)
+    lines = trained_table(tmp_path).splitlines()
+    assert len(lines) == 7 and sum("pi_ref (start)" in line for line in lines) == 2
+    assert lines[6].startswith("| apo_split | options ignored in 50% | 1 | 28.0% ± 0.0% |")
 
 
 def test_bench_train_table_and_sections_are_filled(tmp_path):

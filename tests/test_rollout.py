@@ -246,6 +246,28 @@ def test_scripted_model_replays_the_expert(scripted, tokenizer):
         assert all(x > -1.0 for x in lp)                   # the trained model is confident of every token
 
 
+def test_rollout_continues_from_a_prefix(scripted, tokenizer):
+    """The expert's first turns replayed as a prefix: the model plays the rest of the demonstration from there."""
+    trained, demo, _ = scripted
+    policy = dataclasses.replace(P.policy, max_new_tokens=64)
+    k = len(demo.turns) - 1
+    (played,) = rollout(trained, tokenizer, [demo.goal], GREEDY, policy, P.policy_env(), prefixes=[demo.turns[:k]])
+    assert [u.action for u in played.turns] == [u.action for u in demo.turns]
+    assert played.turns[k].observation == demo.turns[k].observation        # the replay restored the state
+    assert played.turns[k].turns_left == demo.turns[k].turns_left
+    assert played.turns[0] is not demo.turns[0]                            # copies: the demonstration is untouched
+    assert played.sample_logprobs[:k] == [[]] * k and len(played.sample_logprobs[k]) > 0
+    assert played.success and played.reward == pytest.approx(demo.reward)
+
+
+def test_prefixes_must_match_the_goals_and_leave_something_to_play(scripted, tokenizer):
+    trained, demo, _ = scripted
+    with pytest.raises(ValueError, match="1 prefixes for 2 goals"):
+        rollout(trained, tokenizer, [demo.goal, demo.goal], GREEDY, P.policy, P.policy_env(), prefixes=[[]])
+    with pytest.raises(ValueError, match=f"goal {demo.goal.split}/{demo.goal.index} ends the episode"):
+        rollout(trained, tokenizer, [demo.goal], GREEDY, P.policy, P.policy_env(), prefixes=[demo.turns])
+
+
 # ---------------------------------------------------------------------------------------------- stop strings
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

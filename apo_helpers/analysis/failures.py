@@ -98,6 +98,12 @@ _CLICK = re.compile(r"click\[(.*)\]")
 _NOT_OPTIONS = {normalize(b) for b in (pages.BACK, pages.PREV, pages.BUY, *pages.DETAIL_BUTTONS)}
 
 
+def option_click(action: str) -> bool:
+    """Whether an action, taken on an item page, clicks an option value (not buy, back, prev or a detail tab)."""
+    c = _CLICK.fullmatch(action or "")
+    return c is not None and c.group(1) not in _NOT_OPTIONS
+
+
 @dataclass(frozen=True)
 class EpisodeView:
     """What the taxonomy reads from an episode, whichever agent played it (build it with ``view``)."""
@@ -253,8 +259,8 @@ def option_decisions(items, name: str | None = None) -> pd.DataFrame:
     for item in _items(items):
         v = view(item)
         goal = _goal_of(v, default_catalog())
-        clicked = any(ok and _item_page(obs) is not None and (c := _CLICK.fullmatch(a)) is not None
-                      and c.group(1) not in _NOT_OPTIONS for obs, a, ok in zip(v.observations, v.actions, v.valid))
+        clicked = any(ok and _item_page(obs) is not None and option_click(a)
+                      for obs, a, ok in zip(v.observations, v.actions, v.valid))
         b = v.breakdown
         rows.append({"method": name, "goal_index": v.goal_index, "options": len(goal.options) if goal else 0,
                      "clicked_option": bool(clicked), "options_right": bool(b is not None and not b["options_missing"]),

@@ -90,30 +90,35 @@ def bench_rollout_table(results: Path = RESULTS_DIR) -> str | None:
 
 
 def trained_table(results: Path = RESULTS_DIR) -> str | None:
-    """Per ``*_class_seeds.csv`` (one pi_ref each): pi_ref's row, then one row per trained objective (mean and
-    spread over seeds); the demonstrations column tells the pi_refs apart."""
+    """Per pi_ref (the ``*_class_seeds.csv`` files grouped by their demonstrations): pi_ref's row once, then one row
+    per trained objective of any of its files (mean and spread over seeds); the demonstrations column tells the
+    pi_refs apart."""
     paths = sorted(results.glob("*_class_seeds.csv"))
     if not paths:
         return None
-    rows = []
+    groups: dict[str, list[pd.DataFrame]] = {}
     for path in paths:
         df = pd.read_csv(path)
-        ref = df[df["objective"] == "pi_ref"].iloc[0]
         share = df["demo_skip_options"].dropna() if "demo_skip_options" in df else pd.Series(dtype=float)
         demos = (f"options ignored in {share.iloc[0]:.0%}" if len(share) and share.iloc[0] > 0 else "full expert")
+        groups.setdefault(demos, []).append(df)
+    rows = []
+    for demos, frames in groups.items():
+        ref = frames[0][frames[0]["objective"] == "pi_ref"].iloc[0]
         rows.append({"policy": "pi_ref (start)", "demonstrations": demos, "seeds": "-",
                      "test success (mean ± std over seeds)": f"{ref['test_success']:.1%}", "per seed": "-",
                      "test mean score": f"{ref['test_score']:.3f}", "mean steps": f"{ref['test_steps']:.2f}",
                      "iterations": 0, "training minutes per seed (CPU)": "-"})
-        for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
-            rows.append({"policy": objective, "demonstrations": demos, "seeds": len(runs),
-                         "test success (mean ± std over seeds)": f"{runs['test_success'].mean():.1%} ± "
-                                                                 f"{runs['test_success'].std(ddof=0):.1%}",
-                         "per seed": ", ".join(f"{v:.1%}" for v in runs["test_success"]),
-                         "test mean score": f"{runs['test_score'].mean():.3f}",
-                         "mean steps": f"{runs['test_steps'].mean():.2f}",
-                         "iterations": int(runs["iterations"].iloc[0]),
-                         "training minutes per seed (CPU)": f"{runs['train_seconds'].mean() / 60:.1f}"})
+        for df in frames:
+            for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
+                rows.append({"policy": objective, "demonstrations": demos, "seeds": len(runs),
+                             "test success (mean ± std over seeds)": f"{runs['test_success'].mean():.1%} ± "
+                                                                     f"{runs['test_success'].std(ddof=0):.1%}",
+                             "per seed": ", ".join(f"{v:.1%}" for v in runs["test_success"]),
+                             "test mean score": f"{runs['test_score'].mean():.3f}",
+                             "mean steps": f"{runs['test_steps'].mean():.2f}",
+                             "iterations": int(runs["iterations"].iloc[0]),
+                             "training minutes per seed (CPU)": f"{runs['train_seconds'].mean() / 60:.1f}"})
     return _markdown(pd.DataFrame(rows))
 
 

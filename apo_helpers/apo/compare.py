@@ -19,6 +19,7 @@ import pandas as pd
 
 OBJECTIVE_SETTINGS = {
     "apo": [],
+    "apo_split": [],
     "grpo": ["group_size=8"],
     "starpo_s": ["group_size=8"],
     "ppo": [],
@@ -27,7 +28,7 @@ OBJECTIVE_SETTINGS = {
 }
 """``--set`` overrides per objective: the group objectives sample 8 rollouts per goal (GRPO's n; 32 episodes per
 iteration stay 32 episodes); the others one rollout per goal."""
-USES_VSTAR = {"apo", "kl_pg", "weighted_sft"}
+USES_VSTAR = {"apo", "apo_split", "kl_pg", "weighted_sft"}
 """Objectives whose targets use stage 1's V* (they pay for it)."""
 
 

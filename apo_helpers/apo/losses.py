@@ -5,6 +5,8 @@ log-probabilities under the policy and pi_ref, rewards, V*; for PPO also per-tur
 ``(loss, stats)``. The trainer does not know which objective it optimises; ``OBJECTIVES`` maps a name to each:
 
 - ``apo``: A*PO stage 2, least squares on log(pi / pi_ref) (arXiv 2505.20686);
+- ``apo_split``: the same least squares with each trajectory cut at its first item page, whose V* comes from
+  pi_ref's continuations (``apo.turn_credit``; this project's variant, notebook 04 section 5);
 - ``grpo``: group-normalised advantages, clipped ratio, optional KL to pi_ref (DeepSeekMath, arXiv 2402.03300);
 - ``ppo``: RAGEN's StarPO with a critic: turn-level GAE, clipped ratio, value loss (arXiv 2504.20073);
 - ``starpo_s``: ``grpo`` on the goals whose rewards vary most (StarPO-S's filter, arXiv 2504.20073);
@@ -56,6 +58,12 @@ class ObjectiveInputs:
     """(T,) each turn's reward (environment reward plus format penalty); they sum to ``reward`` (``ppo`` only)."""
     token_turn: torch.Tensor | None = None
     """(N,) the index into the T turns of each trained token (``ppo`` only)."""
+    token_after_split: torch.Tensor | None = None
+    """(N,) True for the tokens of the turns from each trajectory's split on (``apo_split`` only)."""
+    split_value: torch.Tensor | None = None
+    """(B,) V*(s_k) of the state where each trajectory is split, 0 when it is not (``apo_split`` only)."""
+    reward_before_split: torch.Tensor | None = None
+    """(B,) the rewards of the turns before the split, the whole reward when not split (``apo_split`` only)."""
 
 
 def apo_loss(logp_policy: torch.Tensor, logp_ref: torch.Tensor, reward: torch.Tensor, vstar: torch.Tensor,
@@ -75,6 +83,46 @@ def apo_objective(inputs: ObjectiveInputs, config):
     """``apo_loss`` with ``config.beta2``, minus an optional entropy bonus (``config.entropy_coef``); stats too."""
     loss = apo_loss(inputs.logp, inputs.logp_ref, inputs.reward, inputs.vstar, config.beta2)
     stats = {"apo_loss": loss.item(), "advantage": (inputs.reward - inputs.vstar).mean().item()}
+    return entropy_bonus(loss, inputs, config), stats
+
+
+def apo_split_loss(logp_before: torch.Tensor, logp_ref_before: torch.Tensor, logp_after: torch.Tensor,
+                   logp_ref_after: torch.Tensor, reward: torch.Tensor, reward_before: torch.Tensor,
+                   vstar: torch.Tensor, split_value: torch.Tensor, beta2: float) -> torch.Tensor:
+    """A*PO's least squares with each trajectory cut in two at a state s_k (``apo.turn_credit``):
+
+        mean_i ( beta2 * logratio_<k - (r_<k + V*(s_k) - V*(x)) )^2 + ( beta2 * logratio_>=k - (r_>=k - V*(s_k)) )^2
+
+    The two targets sum to A*PO's r - V*(x). A trajectory that is not split has no tokens after the split, its
+    ``reward_before`` is the whole reward and its ``split_value`` 0: its second term is 0 and its first is ``apo_loss``'s.
+    """
+    if not beta2 > 0:
+        raise ValueError(f"beta2 must be positive, got {beta2}")
+    before = beta2 * (logp_before - logp_ref_before) - (reward_before + split_value - vstar)
+    after = beta2 * (logp_after - logp_ref_after) - (reward - reward_before - split_value)
+    return (before.pow(2) + after.pow(2)).mean()
+
+
+def apo_split_objective(inputs: ObjectiveInputs, config):
+    """``apo_split_loss`` with ``config.beta2``: the per-trajectory log-ratio sums split at ``token_after_split``."""
+    if inputs.token_after_split is None or inputs.split_value is None or inputs.reward_before_split is None:
+        raise ValueError("apo_split needs the split of each trajectory (apo.turn_credit.split_values): the trainer "
+                         "computes it when the objective is apo_split")
+    batch, after = len(inputs.reward), inputs.token_after_split.to(inputs.token_logp.dtype)
+
+    def part(values, weight):
+        return torch.zeros(batch, dtype=values.dtype, device=values.device).index_add(0, inputs.token_row,
+                                                                                      values * weight)
+
+    logp_after, logp_ref_after = part(inputs.token_logp, after), part(inputs.token_logp_ref, after)
+    loss = apo_split_loss(inputs.logp - logp_after, inputs.logp_ref - logp_ref_after, logp_after, logp_ref_after,
+                          inputs.reward, inputs.reward_before_split, inputs.vstar, inputs.split_value, config.beta2)
+    split = part(torch.ones_like(after), after) > 0  # trajectories with turns after a split
+    after_advantage = inputs.reward - inputs.reward_before_split - inputs.split_value
+    stats = {"apo_loss": loss.item(), "advantage": (inputs.reward - inputs.vstar).mean().item(),
+             "split_fraction": split.float().mean().item(),  # the two means below are 0 when it is 0
+             "split_value": _mean(inputs.split_value[split]).item(),
+             "advantage_after_split": _mean(after_advantage[split]).item()}
     return entropy_bonus(loss, inputs, config), stats
 
 
@@ -318,6 +366,6 @@ def weighted_sft_objective(inputs: ObjectiveInputs, config):
     return loss, {"sft_loss": sft_loss.item(), "kl_k3": kl.item(), "weight_max": weights.max().item()}
 
 
-OBJECTIVES = {"apo": apo_objective, "grpo": grpo_objective, "ppo": ppo_objective, "starpo_s": starpo_s_objective,
+OBJECTIVES = {"apo": apo_objective, "apo_split": apo_split_objective, "grpo": grpo_objective, "ppo": ppo_objective, "starpo_s": starpo_s_objective,
               "kl_pg": kl_pg_objective, "weighted_sft": weighted_sft_objective}
 """Objectives by name, for ``train --objective``: each maps ``(ObjectiveInputs, APOConfig)`` to ``(loss, stats)``."""

@@ -47,6 +47,7 @@ from ..policy.prompts import encode_chat, episode_chats
 from ..policy.rollout import Sampling, Trajectory, rollout
 from ..policy.scoring import collate, selected_logprobs_and_hidden
 from .losses import OBJECTIVES, ObjectiveInputs, kl_estimate
+from .turn_credit import SplitValues, split_values
 from .value_head import ValueHead, turn_positions
 from .vstar import VStarTable
 
@@ -163,24 +164,27 @@ def _autocast(dev):
 
 def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTable, profile: Profile,
                      with_entropy: bool = True, timings: dict | None = None, value_head=None,
-                     chats: tuple | None = None) -> ObjectiveInputs:
+                     chats: tuple | None = None, split: SplitValues | None = None) -> ObjectiveInputs:
     """Score a batch under the policy (differentiable) and pi_ref (no gradients) -> ``ObjectiveInputs``.
 
     ``timings``, when given, receives the seconds of the policy's and pi_ref's forward passes. With a
     ``value_head`` (PPO) the inputs also carry per-turn values, rewards and the turn of each token. ``chats`` is
-    ``trained_sequences``' result when the caller already has it."""
+    ``trained_sequences``' result when the caller already has it. ``split`` (``apo_split``) marks the tokens of the
+    turns from each trajectory's split on; it needs one chat per turn (``window=1``)."""
     config = profile.apo
     start = time.perf_counter()
     sequences, masks, owner = chats or trained_sequences(trajectories, tokenizer, profile.policy.window,
                                                          config.logprob_tokens)
     first_turns = chat_first_turns(trajectories, profile.policy.window) if value_head is not None else None
     total_turns = sum(t.num_turns for t in trajectories)
-    token_logp, rows, entropy, critic = score_tokens(model, sequences, masks, owner, tokenizer.pad_token_id,
-                                                     config.micro_batch, with_entropy, value_head, first_turns,
-                                                     total_turns)
+    chat_ids = list(range(len(sequences)))  # score by chat, then map chats to trajectories
+    token_logp, token_chat, entropy, critic = score_tokens(model, sequences, masks, chat_ids, tokenizer.pad_token_id,
+                                                           config.micro_batch, with_entropy, value_head, first_turns,
+                                                           total_turns)
+    rows = torch.tensor(owner, device=token_chat.device, dtype=torch.long)[token_chat]
     middle = time.perf_counter()
     with torch.no_grad():
-        token_logp_ref, _, _, _ = score_tokens(ref_model, sequences, masks, owner, tokenizer.pad_token_id,
+        token_logp_ref, _, _, _ = score_tokens(ref_model, sequences, masks, chat_ids, tokenizer.pad_token_id,
                                                config.micro_batch)
     if timings is not None:
         timings.update(policy_forward_seconds=middle - start, ref_seconds=time.perf_counter() - middle)
@@ -191,6 +195,8 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
 
     goal_ids = {}
     per_turn = {}
+    if split is not None:
+        per_turn = _split_inputs(trajectories, split, owner, token_chat, profile.policy.window, dev)
     if critic is not None:
         per_turn = dict(values=critic.values, token_turn=critic.token_turn,
                         turn_row=torch.tensor([row for row, t in enumerate(trajectories) for _ in t.turns], device=dev),
@@ -204,6 +210,21 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
                            device=dev),
         token_logp=token_logp, token_logp_ref=token_logp_ref, token_logp_old=token_logp.detach(),
         token_row=rows, entropy=entropy, **per_turn)
+
+
+def _split_inputs(trajectories, split: SplitValues, owner: list[int], token_chat, window, dev) -> dict:
+    """``ObjectiveInputs``' split fields: which tokens come from the turns at or after each trajectory's split (one
+    chat per turn, in turn order within a trajectory), V*(s_k) and the reward before the split."""
+    if window != 1:
+        raise ValueError(f"apo_split needs one chat per turn (policy.window=1), got window={window}")
+    chat_turn, seen = [], {}
+    for row in owner:
+        chat_turn.append(seen.get(row, 0))
+        seen[row] = chat_turn[-1] + 1
+    first_after = torch.tensor(split.turn, device=dev)[torch.tensor(owner, device=dev)]  # per chat
+    return dict(token_after_split=(torch.tensor(chat_turn, device=dev) >= first_after)[token_chat],
+                split_value=torch.tensor(split.value, device=dev, dtype=torch.float32),
+                reward_before_split=torch.tensor(split.reward_before, device=dev, dtype=torch.float32))
 
 
 def _as_leaves(inputs: ObjectiveInputs):
@@ -255,6 +276,8 @@ class Trainer:
         if self.world > 1 and (self.config.batch_goals // max(1, self.config.group_size)) % self.world:
             raise ValueError(f"batch_goals / group_size = {self.config.batch_goals // max(1, self.config.group_size)} "
                              f"goals per iteration cannot be shared equally by {self.world} processes")
+        if objective == "apo_split" and profile.policy.window != 1:
+            raise ValueError(f"apo_split needs one chat per turn (policy.window=1), got window={profile.policy.window}")
         self.ref_model.eval().requires_grad_(False)
         # PPO's critic: a value head on the policy's last hidden state, trained with it
         self.value_head = ValueHead(model.config.hidden_size).to(_device_of(model)) if objective == "ppo" else None
@@ -278,15 +301,19 @@ class Trainer:
         size = len(items) // self.world
         return items[self.rank * size: (self.rank + 1) * size] if self.world > 1 else items
 
-    def update(self, trajectories: list[Trajectory], timings: dict | None = None):
+    def update(self, trajectories: list[Trajectory], timings: dict | None = None, split: SplitValues | None = None):
         """Phase 2 on this process's trajectories: score them, one optimizer step on the objective, gradients
-        averaged over processes and clipped. Returns ``(inputs, loss averaged over processes, stats, grad norm)``."""
+        averaged over processes and clipped. Returns ``(inputs, loss averaged over processes, stats, grad norm)``.
+        ``split``: ``apo_split``'s V* at each trajectory's first item page (computed here when missing)."""
         config = self.config
         self.model.train()
+        if self.objective_name == "apo_split" and split is None:
+            split = split_values(self.ref_model, self.tokenizer, trajectories, self.profile)
         chats = trained_sequences(trajectories, self.tokenizer, self.profile.policy.window, config.logprob_tokens)
         with torch.no_grad() if config.backward_per_micro_batch else contextlib.nullcontext():
             inputs = objective_inputs(self.model, self.ref_model, trajectories, self.tokenizer, self.vstar,
-                                      self.profile, timings=timings, value_head=self.value_head, chats=chats)
+                                      self.profile, timings=timings, value_head=self.value_head, chats=chats,
+                                      split=split)
         update_start = time.perf_counter()
         lr = config.lr * min(1.0, (self.state.iteration + 1) / max(1, config.warmup))
         for group in self.optimizer.param_groups:
@@ -358,7 +385,12 @@ class Trainer:
         trajectories = rollout(self.model, self.tokenizer, goals, Sampling(temperature=config.temperature),
                                self.profile.policy, self.profile.policy_env())
         timings = {"rollout_seconds": time.perf_counter() - start}
-        inputs, loss, stats, grad_norm = self.update(trajectories, timings)
+        split = None
+        if self.objective_name == "apo_split":  # pi_ref's continuations from each first item page
+            split_start = time.perf_counter()
+            split = split_values(self.ref_model, self.tokenizer, trajectories, self.profile)
+            timings["split_seconds"] = time.perf_counter() - split_start
+        inputs, loss, stats, grad_norm = self.update(trajectories, timings, split)
         kl = kl_estimate(inputs.token_logp, inputs.token_logp_ref, inputs.token_row, len(trajectories))
         entropy = inputs.entropy.mean() if inputs.entropy is not None else torch.tensor(float("nan"))
         # per trajectory: reward, success, invalid actions, turns, generated and trained tokens, log-ratio, entropy

@@ -12,7 +12,7 @@ episode is trained on with their assistant masks, and the sampling log-probs of 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -155,8 +155,14 @@ def generate_replies(model, tokenizer, chats: list[list[dict]], sampling: Sampli
 
 def rollout(model, tokenizer, goals: list[Goal], sampling: Sampling = Sampling(), config: PolicyConfig = PolicyConfig(),
             env_config: EnvConfig | None = None, catalog: Catalog | None = None, max_turns: int | None = None,
-            progress=None) -> list[Trajectory]:
-    """Play one episode per goal, ``config.batch_size`` episodes in lockstep; returns them in goal order."""
+            progress=None, prefixes: list[list[Turn]] | None = None) -> list[Trajectory]:
+    """Play one episode per goal, ``config.batch_size`` episodes in lockstep; returns them in goal order.
+
+    ``prefixes``, when given, holds per goal the turns already played: their actions are replayed in the
+    environment (deterministic), the turns open the trajectory, and the model continues from there (the
+    continuations from an intermediate state that ``apo.turn_credit`` samples). A prefix must not end the episode."""
+    if prefixes is not None and len(prefixes) != len(goals):
+        raise ValueError(f"got {len(prefixes)} prefixes for {len(goals)} goals: one per goal (possibly empty)")
     catalog = catalog or default_catalog()
     env_config = env_config or EnvConfig(results_per_page=config.results_per_page,
                                          show_item_positions=config.show_item_positions)
@@ -165,19 +171,33 @@ def rollout(model, tokenizer, goals: list[Goal], sampling: Sampling = Sampling()
     trajectories: list[Trajectory] = []
     for start in range(0, len(goals), config.batch_size):
         chunk = goals[start: start + config.batch_size]
-        trajectories += _rollout_batch(model, tokenizer, chunk, sampling, config, env_config, catalog, max_turns)
+        chunk_prefixes = prefixes[start: start + config.batch_size] if prefixes is not None else [[]] * len(chunk)
+        trajectories += _rollout_batch(model, tokenizer, chunk, sampling, config, env_config, catalog, max_turns,
+                                       chunk_prefixes)
         if progress is not None:
             progress.update(len(chunk))
     model.train(was_training)
     return trajectories
 
 
-def _rollout_batch(model, tokenizer, goals, sampling, config, env_config, catalog, max_turns):
+def _replay(env: WebShopEnv, goal: Goal, prefix: list[Turn]):
+    """Reset ``env`` to ``goal`` and step through the actions of ``prefix``: ``(observation, info)`` after them."""
+    obs, info = env.reset(options={"goal": goal})
+    for k, turn in enumerate(prefix):
+        obs, _, terminated, truncated, info = env.step(turn.action)
+        if terminated or truncated:
+            raise ValueError(f"prefix of goal {goal.split}/{goal.index} ends the episode at its turn {k + 1}: "
+                             "nothing is left to continue")
+    return obs, info
+
+
+def _rollout_batch(model, tokenizer, goals, sampling, config, env_config, catalog, max_turns, prefixes):
     envs = [WebShopEnv(split=g.split, catalog=catalog, config=env_config, max_turns=max_turns) for g in goals]
     trajs, observations, infos = [], [], []
-    for env, goal in zip(envs, goals):
-        obs, info = env.reset(options={"goal": goal})
-        trajs.append(Trajectory(goal=goal, turns=[]))
+    for env, goal, prefix in zip(envs, goals, prefixes):
+        obs, info = _replay(env, goal, prefix)
+        trajs.append(Trajectory(goal=goal, turns=[replace(t) for t in prefix],
+                                sample_logprobs=[[] for _ in prefix]))
         observations.append(obs)
         infos.append(info)
     active = list(range(len(goals)))

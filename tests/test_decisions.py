@@ -1,0 +1,99 @@
+"""The item-page decision probe (notebook 04 section 5): the same chats answered by several policies."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from apo_helpers.__main__ import main
+from apo_helpers.analysis import decisions
+from apo_helpers.analysis.decisions import DECISION_COLUMNS, decision_summary, item_page_states, option_click_rates
+from apo_helpers.analysis.failures import option_click
+from apo_helpers.apo.sft import expert_demonstrations
+from apo_helpers.apo.turn_credit import decision_turn
+from apo_helpers.config import get_profile
+from apo_helpers.policy.models import load_policy
+from apo_helpers.policy.prompts import build_messages
+
+P = get_profile("ci")
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+
+@pytest.fixture(scope="module")
+def item_pages():
+    """The expert's first item page of a few goals that ask for options."""
+    demos = [d for d in expert_demonstrations(P, 12) if d.goal.options][:3]
+    return [d.goal for d in demos], [build_messages(d.turns[: decision_turn(d) + 1], P.policy.window) for d in demos]
+
+
+def test_option_click_tells_options_from_other_buttons():
+    assert option_click("click[red]") and option_click("click[xl]")
+    assert not any(map(option_click, ["click[buy now]", "click[back to search]", "click[< prev]",
+                                      "click[description]", "search[red]", ""]))
+
+
+def test_rates_per_state_are_shares_of_the_samples(ci_ref_dir, item_pages):
+    model, tokenizer = load_policy(ci_ref_dir, "cpu")
+    goals, chats = item_pages
+    table = option_click_rates(model, tokenizer, goals, chats, P, "pi_ref", samples=4)
+    assert list(table.columns) == DECISION_COLUMNS and len(table) == len(goals)
+    assert table["goal_index"].tolist() == [g.index for g in goals]
+    assert table["p_option"].between(0, 1).all() and (table["p_option"] + table["p_buy"] <= 1).all()
+    assert ((table["p_option"] * 4) % 1 == 0).all()            # a share of 4 samples
+    again = option_click_rates(model, tokenizer, goals, chats, P, "pi_ref", samples=4)
+    pd.testing.assert_frame_equal(table, again)                 # seeded
+    with pytest.raises(ValueError, match="samples"):
+        option_click_rates(model, tokenizer, goals, chats, P, "pi_ref", samples=0)
+
+
+def test_item_page_states_keep_goals_with_options_that_reach_an_item_page(monkeypatch):
+    """Episodes stand in for the greedy rollout: the expert's, one cut before its item page."""
+    demos = expert_demonstrations(P, 12)
+    with_options = [d for d in demos if d.goal.options]
+    without = next(d for d in demos if not d.goal.options)
+    cut = with_options[1].__class__(goal=with_options[1].goal, turns=with_options[1].turns[:2])
+    played = [with_options[0], cut, with_options[2]]
+    monkeypatch.setattr(decisions, "policy_goals", lambda split, n: [d.goal for d in [*played[:2], without, *played[2:]]])
+    monkeypatch.setattr(decisions, "rollout", lambda model, tok, goals, *a, **k: played)
+    goals, chats = item_page_states(None, None, "train", 4, P)
+    assert goals == [with_options[0].goal, with_options[2].goal]       # no item page, no options: dropped
+    for chat, demo in zip(chats, [with_options[0], with_options[2]]):
+        assert chat == build_messages(demo.turns[: decision_turn(demo) + 1], P.policy.window)
+        assert "click[buy now]" in chat[-1]["content"]
+
+
+def test_summary_per_policy_in_order():
+    table = pd.DataFrame({"policy": ["b", "b", "a", "a"], "goal_index": [1, 2, 1, 2], "samples": 4,
+                          "p_option": [0.75, 0.25, 0.0, 1.0], "p_buy": [0.25, 0.5, 1.0, 0.0],
+                          "greedy_option": [True, False, False, True]})
+    summary = decision_summary(table)
+    assert summary.index.tolist() == ["b", "a"]
+    assert summary.loc["b", "p(option), sampled"] == pytest.approx(0.5)
+    assert summary.loc["b", "states with p(option) > 0.5"] == pytest.approx(0.5)
+    assert summary.loc["a", "greedy clicks an option"] == pytest.approx(0.5)
+
+
+def test_cli_names_a_bad_model_pair(ci_ref_dir, capsys):
+    for bad in [str(ci_ref_dir), "x=/nonexistent"]:
+        assert main(["decisions", "--profile", "ci", "--states-from", str(ci_ref_dir), "--models", bad]) != 0
+        assert f"NAME=FOLDER pairs with a model.safetensors in FOLDER, got {bad!r}" in capsys.readouterr().err
+
+
+def test_cli_probes_each_policy(ci_ref_dir, capsys):
+    assert main(["decisions", "--profile", "ci", "--states-from", str(ci_ref_dir), "--models", f"a={ci_ref_dir}",
+                 f"b={ci_ref_dir}", "--split", "val", "--episodes", "8", "--samples", "2"]) == 0
+    assert "p(option), sampled" in capsys.readouterr().out
+
+
+def test_plot_puts_each_policy_against_the_reference():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from apo_helpers.analysis.decisions import plot_option_probabilities
+
+    table = pd.DataFrame({"policy": ["ref", "ref", "rl", "rl"], "goal_index": [1, 2, 2, 1], "samples": 4,
+                          "p_option": [0.25, 0.5, 1.0, 0.75], "p_buy": 0.0, "greedy_option": False})
+    (ax,) = plot_option_probabilities(table, "ref", {"RL": ["rl"]})
+    points = ax.collections[0].get_offsets()
+    assert points.tolist() == [[0.25, 0.75], [0.5, 1.0]]       # matched by goal, not by row order
+    assert "rl (mean 0.88)" in [t.get_text() for t in ax.get_legend().get_texts()]
