@@ -370,6 +370,8 @@ def cmd_readme(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .apo.compare import COMPARED_OBJECTIVES  # a light module: no torch
+
     parser = argparse.ArgumentParser(prog="python -m apo_helpers", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -454,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("compare", help="every objective from the same pi_ref and budget: curves, time, memory")
-    p.add_argument("--objectives", nargs="+", default=["apo", "grpo", "ppo", "starpo_s", "kl_pg", "weighted_sft"])
+    p.add_argument("--objectives", nargs="+", default=COMPARED_OBJECTIVES)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--profile", default=None)
     p.add_argument("--ref", default=None)

@@ -486,6 +486,10 @@ HTML(episodes_html([x for i in changed[:2] for x in (before[i], after[i])], max_
 # 2. **β₂.** Rerun section 3 with `beta2` ten times larger and ten times smaller. What happens to the KL column?
 # 3. **Open.** The policy's log-probs cover the think text as well as the action. Rerun with
 #    `logprob_tokens="answer"`: does the KL stay smaller? Does the success change?
+# 4. **The split.** A trajectory earns no reward before its first item page and r = 0.9 at the end; V*(x) = 0.6 and
+#    π_ref's continuations give V*(s_k) = 0.7. What are `apo_split`'s two targets (search part, item-page part)?
+#    Put them in `my_targets` and check them below; then say which part a purchase that skipped the options
+#    (r = 0.5) would push down, and by how much.
 
 # %%
 my_logp = None  # your answer to exercise 1
@@ -494,6 +498,18 @@ if my_logp is None:
 else:
     value = apo_loss(torch.tensor([float(my_logp)]), torch.tensor([-20.0]), torch.tensor([1.0]), torch.tensor([0.6]),
                      0.1).item()
+    print("correct" if value < 1e-8 else f"the loss is still {value:.4f}")
+
+# %%
+my_targets = None  # your answer to exercise 4: (search part, item-page part)
+if my_targets is None:
+    print("fill in my_targets; hint: the two parts add up to r − V*(x)")
+else:
+    # beta2 * log-ratio of each part set to the proposed target: the loss is 0 only for the right targets
+    before, after = (torch.tensor([float(t) / 0.1]) for t in my_targets)
+    zero, r, rewards_before = torch.zeros(1), torch.tensor([0.9]), torch.zeros(1)
+    value = apo_split_loss(before, zero, after, zero, r, rewards_before, torch.tensor([0.6]), torch.tensor([0.7]),
+                           0.1).item()
     print("correct" if value < 1e-8 else f"the loss is still {value:.4f}")
 
 # %% [markdown]
@@ -505,3 +521,6 @@ else:
 # - RL can add to imitation only what the reward pays for and the demonstrations did not show. Section 5 builds
 #   such a case (demonstrations that skip the options half the time) and counts the item-page decision directly:
 #   A*PO learns to click options more often, but in this setting its success gain stays near the spread over seeds.
+# - Crediting the item page on its own (`apo_split`, V* of that state from π_ref's continuations) moved the
+#   decision more evenly over seeds but gained no more; probed at the same item pages, RL moves the click part of
+#   the way toward what full demonstrations teach, while choosing every requested value stays the bottleneck.

@@ -36,7 +36,7 @@ from IPython.display import Markdown, display
 
 from apo_helpers.config import get_profile, seed_everything, device, RESULTS_DIR, RUNS_DIR
 from apo_helpers.apo import losses
-from apo_helpers.apo.compare import compare, OBJECTIVE_SETTINGS, USES_VSTAR
+from apo_helpers.apo.compare import compare, COMPARED_OBJECTIVES, OBJECTIVE_SETTINGS, USES_VSTAR
 from apo_helpers.apo.sft import load_or_train_reference, reference_dir
 from apo_helpers.analysis import plots
 
@@ -53,6 +53,7 @@ print(f"profile {profile.name} on {device()}")
 # | objective | loss | samples per goal | needs |
 # |---|---|---|---|
 # | `apo` | mean (β₂ log π/π_ref − (r − V*))² | 1 | π_ref, V* (stage 1) |
+# | `apo_split` | `apo`'s least squares on each part of a trajectory cut at its first item page (notebook 04 section 5; not in the comparison below) | 1 | π_ref, V*, π_ref continuations from the item page |
 # | `grpo` | −mean_tokens min(ρA, clip(ρ, 1±ε)A), A = (r − mean_group)/std_group | n (8) | (π_ref for an optional KL) |
 # | `ppo` | clipped ratio with A = G − V (GAE over turns, γ = λ = 1) + c·(V − G)² | 1 | a critic |
 # | `starpo_s` | `grpo` on the 25% of goals with the highest reward variance | n (8) | |
@@ -90,7 +91,7 @@ pd.DataFrame(rows).set_index("objective")
 load_or_train_reference(profile)
 live_iterations = 1 if profile.name == "ci" else 2
 live_episodes = min(20, profile.apo.eval_episodes)
-summary, curves = compare(list(losses.OBJECTIVES), [profile.seed], profile.name,
+summary, curves = compare(COMPARED_OBJECTIVES, [profile.seed], profile.name,
                           RUNS_DIR / f"compare_live_{profile.name}", str(reference_dir(profile)),
                           str(RUNS_DIR / "vstar"), iterations=live_iterations,
                           extra=[f"eval_every={live_iterations}", f"eval_episodes={live_episodes}",
