@@ -416,11 +416,12 @@ else:
 # demonstration, clicks on nearly every page. So the click itself is learnable from the reward here, and it is
 # learned part of the way in 60 iterations; but a click only pays when it selects the requested value, and every
 # requested option, and the per-seed tables above show "every option right" rising far less than "an option
-# clicked": the careless demonstrations showed half as many option choices, and one sampled episode per goal
-# rarely hits the right value of a two-option goal. Greedy test success therefore gains a point or two, not ten.
+# clicked": the careless demonstrations showed half as many option choices to imitate, and the reward pays a
+# wrong value no more than no click. Greedy test success therefore gains a point or two, not ten.
 # What would attack that next: an item page that shows which options are selected (no loops, and a state that
-# says what is still missing), more iterations at the same step size with the split objective (its seeds moved
-# steadily), and a pretrained model that reads "size: large" in the instruction and the option list alike.
+# says what is still missing), more iterations at the same step size with the split objective (all three of its
+# seeds moved the decision), and a pretrained model that reads "size: large" in the instruction and the option
+# list alike.
 #
 #
 # ## 6. β₂: how far the policy may move from π_ref
