@@ -185,11 +185,11 @@ def cmd_decisions(args) -> int:
             raise ValueError(f"--models takes NAME=FOLDER pairs with a model.safetensors in FOLDER, got {pair!r}")
         named.append((name, folder))
     model, tokenizer = load_policy(args.states_from, device())
-    goals, chats = item_page_states(model, tokenizer, args.split, args.episodes, profile)
+    pages = item_page_states(model, tokenizer, args.split, args.episodes, profile)
     tables = []
     for name, folder in named:
         model, tokenizer = load_policy(folder, device())
-        tables.append(option_click_rates(model, tokenizer, goals, chats, profile, name, args.samples, seed=args.seed))
+        tables.append(option_click_rates(model, tokenizer, pages, profile, name, args.samples, seed=args.seed))
     table = pd.concat(tables, ignore_index=True)
     print(decision_summary(table).round(3).to_string())
     if args.save:

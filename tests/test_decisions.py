@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 
 from apo_helpers.__main__ import main
 from apo_helpers.analysis import decisions
-from apo_helpers.analysis.decisions import DECISION_COLUMNS, decision_summary, item_page_states, option_click_rates
+from apo_helpers.analysis.decisions import (DECISION_COLUMNS, ItemPage, clicks_requested_value, decision_summary,
+                                           item_page_states, option_click_rates)
 from apo_helpers.analysis.failures import option_click
 from apo_helpers.apo.sft import expert_demonstrations
 from apo_helpers.apo.turn_credit import decision_turn
@@ -23,7 +26,8 @@ pytestmark = pytest.mark.usefixtures("torch_one_thread")
 def item_pages():
     """The expert's first item page of a few goals that ask for options."""
     demos = [d for d in expert_demonstrations(P, 12) if d.goal.options][:3]
-    return [d.goal for d in demos], [build_messages(d.turns[: decision_turn(d) + 1], P.policy.window) for d in demos]
+    return [ItemPage(d.goal, build_messages(d.turns[: decision_turn(d) + 1], P.policy.window),
+                     d.turns[decision_turn(d)].actions) for d in demos]
 
 
 def test_option_click_tells_options_from_other_buttons():
@@ -32,18 +36,31 @@ def test_option_click_tells_options_from_other_buttons():
                                       "click[description]", "search[red]", ""]))
 
 
-def test_rates_per_state_are_shares_of_the_samples(ci_ref_dir, item_pages):
+def test_requested_values_are_matched_like_the_reward():
+    goal = expert_demonstrations(P, 12)[0].goal
+    goal = dataclasses.replace(goal, options={"size": "Small", "pack": "4-pack"})
+    assert clicks_requested_value("click[small]", goal) and clicks_requested_value("click[4-pack]", goal)
+    assert not clicks_requested_value("click[xx-large]", goal)
+    assert not clicks_requested_value("click[buy now]", goal) and not clicks_requested_value("search[small]", goal)
+    page = ItemPage(goal, [], ["click[< prev]", "click[medium]", "click[buy now]"])
+    assert not page.offers_requested
+    assert dataclasses.replace(page, actions=["click[small]", "click[buy now]"]).offers_requested
+
+
+def test_rates_per_page_are_shares_of_the_samples(ci_ref_dir, item_pages):
     model, tokenizer = load_policy(ci_ref_dir, "cpu")
-    goals, chats = item_pages
-    table = option_click_rates(model, tokenizer, goals, chats, P, "pi_ref", samples=4)
-    assert list(table.columns) == DECISION_COLUMNS and len(table) == len(goals)
-    assert table["goal_index"].tolist() == [g.index for g in goals]
+    table = option_click_rates(model, tokenizer, item_pages, P, "pi_ref", samples=4)
+    assert list(table.columns) == DECISION_COLUMNS and len(table) == len(item_pages)
+    assert table["goal_index"].tolist() == [p.goal.index for p in item_pages]
+    assert table["offers_requested"].tolist() == [p.offers_requested for p in item_pages]
     assert table["p_option"].between(0, 1).all() and (table["p_option"] + table["p_buy"] <= 1).all()
+    assert (table["p_requested_value"] <= table["p_option"]).all()
     assert ((table["p_option"] * 4) % 1 == 0).all()            # a share of 4 samples
-    again = option_click_rates(model, tokenizer, goals, chats, P, "pi_ref", samples=4)
+    assert (table["greedy_requested_value"] <= table["greedy_option"]).all()
+    again = option_click_rates(model, tokenizer, item_pages, P, "pi_ref", samples=4)
     pd.testing.assert_frame_equal(table, again)                 # seeded
     with pytest.raises(ValueError, match="samples"):
-        option_click_rates(model, tokenizer, goals, chats, P, "pi_ref", samples=0)
+        option_click_rates(model, tokenizer, item_pages, P, "pi_ref", samples=0)
 
 
 def test_item_page_states_keep_goals_with_options_that_reach_an_item_page(monkeypatch):
@@ -55,22 +72,25 @@ def test_item_page_states_keep_goals_with_options_that_reach_an_item_page(monkey
     played = [with_options[0], cut, with_options[2]]
     monkeypatch.setattr(decisions, "policy_goals", lambda split, n: [d.goal for d in [*played[:2], without, *played[2:]]])
     monkeypatch.setattr(decisions, "rollout", lambda model, tok, goals, *a, **k: played)
-    goals, chats = item_page_states(None, None, "train", 4, P)
-    assert goals == [with_options[0].goal, with_options[2].goal]       # no item page, no options: dropped
-    for chat, demo in zip(chats, [with_options[0], with_options[2]]):
-        assert chat == build_messages(demo.turns[: decision_turn(demo) + 1], P.policy.window)
-        assert "click[buy now]" in chat[-1]["content"]
+    pages = item_page_states(None, None, "train", 4, P)
+    assert [p.goal for p in pages] == [with_options[0].goal, with_options[2].goal]  # no item page, no options: dropped
+    for page, demo in zip(pages, [with_options[0], with_options[2]]):
+        k = decision_turn(demo)
+        assert page.chat == build_messages(demo.turns[: k + 1], P.policy.window)
+        assert page.actions == demo.turns[k].actions and "click[buy now]" in page.actions
 
 
 def test_summary_per_policy_in_order():
-    table = pd.DataFrame({"policy": ["b", "b", "a", "a"], "goal_index": [1, 2, 1, 2], "samples": 4,
-                          "p_option": [0.75, 0.25, 0.0, 1.0], "p_buy": [0.25, 0.5, 1.0, 0.0],
-                          "greedy_option": [True, False, False, True]})
+    table = pd.DataFrame({"policy": ["b", "b", "a", "a"], "goal_index": [1, 2, 1, 2], "offers_requested": True,
+                          "samples": 4, "p_option": [0.75, 0.25, 0.0, 1.0], "p_requested_value": [0.5, 0.0, 0.0, 0.25],
+                          "p_buy": [0.25, 0.5, 1.0, 0.0], "greedy_option": [True, False, False, True],
+                          "greedy_requested_value": [True, False, False, False]})
     summary = decision_summary(table)
     assert summary.index.tolist() == ["b", "a"]
-    assert summary.loc["b", "p(option), sampled"] == pytest.approx(0.5)
-    assert summary.loc["b", "states with p(option) > 0.5"] == pytest.approx(0.5)
-    assert summary.loc["a", "greedy clicks an option"] == pytest.approx(0.5)
+    assert summary.loc["b", "p(option)"] == pytest.approx(0.5)
+    assert summary.loc["b", "p(requested value)"] == pytest.approx(0.25)
+    assert summary.loc["a", "greedy: option"] == pytest.approx(0.5)
+    assert summary.loc["a", "greedy: requested value"] == pytest.approx(0.0)
 
 
 def test_cli_names_a_bad_model_pair(ci_ref_dir, capsys):
@@ -82,7 +102,7 @@ def test_cli_names_a_bad_model_pair(ci_ref_dir, capsys):
 def test_cli_probes_each_policy(ci_ref_dir, capsys):
     assert main(["decisions", "--profile", "ci", "--states-from", str(ci_ref_dir), "--models", f"a={ci_ref_dir}",
                  f"b={ci_ref_dir}", "--split", "val", "--episodes", "8", "--samples", "2"]) == 0
-    assert "p(option), sampled" in capsys.readouterr().out
+    assert "p(requested value)" in capsys.readouterr().out
 
 
 def test_plot_puts_each_policy_against_the_reference():
@@ -91,9 +111,9 @@ def test_plot_puts_each_policy_against_the_reference():
     matplotlib.use("Agg")
     from apo_helpers.analysis.decisions import plot_option_probabilities
 
-    table = pd.DataFrame({"policy": ["ref", "ref", "rl", "rl"], "goal_index": [1, 2, 2, 1], "samples": 4,
-                          "p_option": [0.25, 0.5, 1.0, 0.75], "p_buy": 0.0, "greedy_option": False})
-    (ax,) = plot_option_probabilities(table, "ref", {"RL": ["rl"]})
+    table = pd.DataFrame({"policy": ["ref", "ref", "rl", "rl"], "goal_index": [1, 2, 2, 1], "p_option": [0.25, 0.5, 1.0, 0.75]})
+    (ax,) = plot_option_probabilities(table, "ref", {"RL": ["rl"]}, column="p_option")
     points = ax.collections[0].get_offsets()
     assert points.tolist() == [[0.25, 0.75], [0.5, 1.0]]       # matched by goal, not by row order
     assert "rl (mean 0.88)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert ax.get_xlabel() == "p(option) under ref"

@@ -4,13 +4,16 @@ Greedy success only changes where a policy's most likely reply changes. This pro
 first item page of each greedy episode of one policy (``item_page_states``, by default pi_ref's) on goals that ask
 for options; every policy then answers each of those chats ``samples`` times at temperature 1 and once greedily
 (``option_click_rates``). A policy that RL moved shows a higher sampled probability of clicking an option; its
-greedy success moves only on the states where that probability crosses the greedy choice.
+greedy success moves only on the states where that probability crosses the greedy choice, and a click pays only
+when its value is one the goal asks for (``clicks_requested_value``).
 
 ``python -m apo_helpers decisions --states-from DIR --models NAME=DIR ... --save`` writes
 ``data/results/decisions_<profile>.csv`` (one row per policy and state).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pandas as pd
 from tqdm.auto import tqdm
@@ -19,84 +22,117 @@ from ..apo.turn_credit import decision_turn
 from ..config import Profile, seed_everything
 from ..policy.prompts import build_messages, parse_response
 from ..policy.rollout import GREEDY, Sampling, generate_replies, rollout
+from ..webshop.catalog import Goal
+from ..webshop.reward import option_matches
 from .evaluate import policy_goals
 from .failures import option_click
 
-DECISION_COLUMNS = ["policy", "goal_index", "samples", "p_option", "p_buy", "greedy_option"]
+DECISION_COLUMNS = ["policy", "goal_index", "offers_requested", "samples", "p_option", "p_requested_value", "p_buy",
+                    "greedy_option", "greedy_requested_value"]
 
 
-def item_page_states(model, tokenizer, split: str, episodes: int, profile: Profile) -> tuple[list, list[list[dict]]]:
-    """``(goals, chats)``: of the first ``episodes`` goals of ``split``, those that ask for options and whose greedy
-    episode by ``model`` reaches an item page, with the chat the policy answers there (before its reply)."""
+@dataclass
+class ItemPage:
+    """One state of the probe: a goal, the chat a policy answers on its item page, and the page's actions."""
+
+    goal: Goal
+    chat: list[dict]
+    actions: list[str]
+
+    @property
+    def offers_requested(self) -> bool:
+        """Whether the page has a value the goal asks for (else the right move is back to the results)."""
+        return any(clicks_requested_value(a, self.goal) for a in self.actions)
+
+
+def item_page_states(model, tokenizer, split: str, episodes: int, profile: Profile) -> list[ItemPage]:
+    """Of the first ``episodes`` goals of ``split``, those that ask for options and whose greedy episode by
+    ``model`` reaches an item page: that first item page, as the policy saw it (before its reply)."""
     goals = [g for g in policy_goals(split, episodes) if g.options]
     trajectories = rollout(model, tokenizer, goals, GREEDY, profile.policy, profile.policy_env())
-    kept, chats = [], []
+    pages = []
     for goal, t in zip(goals, trajectories):
         k = decision_turn(t)
         if k is not None:
-            kept.append(goal)
-            chats.append(build_messages(t.turns[: k + 1], profile.policy.window))
-    return kept, chats
+            pages.append(ItemPage(goal, build_messages(t.turns[: k + 1], profile.policy.window), t.turns[k].actions))
+    return pages
 
 
 def _action(reply: str) -> str:
     return parse_response(reply)[1]
 
 
-def option_click_rates(model, tokenizer, goals: list, chats: list[list[dict]], profile: Profile, name: str,
-                       samples: int = 16, temperature: float = 1.0, seed: int = 0) -> pd.DataFrame:
-    """One row per state: the share of ``samples`` replies (``temperature``) that click an option, that buy, and
-    whether the greedy reply clicks an option. Each policy encodes the chats with its own tokenizer."""
+def clicks_requested_value(action: str, goal: Goal) -> bool:
+    """Whether ``action`` clicks an option value that the goal asks for (the reward's fuzzy match, any case)."""
+    if not option_click(action):
+        return False
+    value = action[len("click["):-1].lower()
+    return any(option_matches({"clicked": value}, {name: want.lower() for name, want in goal.options.items()}))
+
+
+def _replies(model, tokenizer, chats, sampling: Sampling, profile: Profile, desc: str | None = None) -> list[str]:
+    step = profile.policy.batch_size
+    starts = range(0, len(chats), step)
+    return [reply for start in tqdm(starts, desc=desc, leave=False, disable=desc is None)
+            for reply in generate_replies(model, tokenizer, chats[start: start + step], sampling, profile.policy)[0]]
+
+
+def option_click_rates(model, tokenizer, pages: list[ItemPage], profile: Profile, name: str, samples: int = 16,
+                       temperature: float = 1.0, seed: int = 0) -> pd.DataFrame:
+    """One row per page: the share of ``samples`` replies (``temperature``) that click an option, that click one of
+    the values the goal asks for, that buy; whether the greedy reply clicks an option, and a requested one. Each
+    policy encodes the chats with its own tokenizer."""
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
     seed_everything(seed)
-    repeated = [c for c in chats for _ in range(samples)]
-    replies = []
-    step = profile.policy.batch_size
-    for start in tqdm(range(0, len(repeated), step), desc=f"{name}: sampled replies", leave=False):
-        replies += generate_replies(model, tokenizer, repeated[start: start + step], Sampling(temperature=temperature),
-                                    profile.policy)[0]
-    greedy = []
-    for start in range(0, len(chats), step):
-        greedy += generate_replies(model, tokenizer, chats[start: start + step], GREEDY, profile.policy)[0]
+    sampled = _replies(model, tokenizer, [p.chat for p in pages for _ in range(samples)],
+                       Sampling(temperature=temperature), profile, f"{name}: sampled replies")
+    greedy = _replies(model, tokenizer, [p.chat for p in pages], GREEDY, profile)
     rows = []
-    for i, goal in enumerate(goals):
-        actions = [_action(r) for r in replies[i * samples: (i + 1) * samples]]
-        rows.append({"policy": name, "goal_index": goal.index, "samples": samples,
-                     "p_option": sum(map(option_click, actions)) / samples,
+    for i, page in enumerate(pages):
+        actions = [_action(r) for r in sampled[i * samples: (i + 1) * samples]]
+        rows.append({"policy": name, "goal_index": page.goal.index, "offers_requested": page.offers_requested,
+                     "samples": samples, "p_option": sum(map(option_click, actions)) / samples,
+                     "p_requested_value": sum(clicks_requested_value(a, page.goal) for a in actions) / samples,
                      "p_buy": sum(a == "click[buy now]" for a in actions) / samples,
-                     "greedy_option": option_click(_action(greedy[i]))})
+                     "greedy_option": option_click(_action(greedy[i])),
+                     "greedy_requested_value": clicks_requested_value(_action(greedy[i]), page.goal)})
     return pd.DataFrame(rows, columns=DECISION_COLUMNS)
 
 
 def decision_summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per policy (in the table's order): mean sampled probability of clicking an option and of buying at once,
-    the share of states where an option click is more likely than not, and the share where the greedy reply clicks."""
+    """Per policy (in the table's order), means over the pages: the sampled probability of clicking an option, of
+    clicking a value the goal asks for, and of buying at once; the share of pages where the greedy reply clicks an
+    option, and a requested one."""
     grouped = table.groupby("policy", sort=False)
-    return pd.DataFrame({"states": grouped.size(), "p(option), sampled": grouped["p_option"].mean(),
-                         "p(buy now), sampled": grouped["p_buy"].mean(),
-                         "states with p(option) > 0.5": grouped["p_option"].apply(lambda p: (p > 0.5).mean()),
-                         "greedy clicks an option": grouped["greedy_option"].mean()})
+    return pd.DataFrame({"pages": grouped.size(), "p(option)": grouped["p_option"].mean(),
+                         "p(requested value)": grouped["p_requested_value"].mean(),
+                         "p(buy now)": grouped["p_buy"].mean(),
+                         "greedy: option": grouped["greedy_option"].mean(),
+                         "greedy: requested value": grouped["greedy_requested_value"].mean()})
 
 
-def plot_option_probabilities(table: pd.DataFrame, reference: str, panels: dict[str, list[str]], axes=None):
-    """One panel per entry of ``panels`` (title -> policies): each item page as a point, its probability of clicking
-    an option under ``reference`` (x) against under the policy (y). Above the diagonal RL made the click more likely;
-    the greedy choice can only have changed where a point crosses the dashed 0.5 lines."""
+def plot_option_probabilities(table: pd.DataFrame, reference: str, panels: dict[str, list[str]],
+                              column: str = "p_requested_value", axes=None):
+    """One panel per entry of ``panels`` (title -> policies): each item page as a point, its ``column`` (by default
+    the probability of clicking a value the goal asks for) under ``reference`` (x) against under the policy (y).
+    Above the diagonal RL made it more likely; the greedy choice can only have changed where a point crosses the
+    dashed 0.5 lines."""
     import matplotlib.pyplot as plt
 
     if axes is None:
         _, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4), sharey=True, squeeze=False)
         axes = axes[0]
-    x = table[table["policy"] == reference].set_index("goal_index")["p_option"]
+    label = {"p_requested_value": "p(requested value)", "p_option": "p(option)"}.get(column, column)
+    x = table[table["policy"] == reference].set_index("goal_index")[column]
     for ax, (title, names) in zip(axes, panels.items()):
         for name in names:
-            y = table[table["policy"] == name].set_index("goal_index")["p_option"].reindex(x.index)
+            y = table[table["policy"] == name].set_index("goal_index")[column].reindex(x.index)
             ax.scatter(x, y, s=14, alpha=0.6, label=f"{name} (mean {y.mean():.2f})")
         ax.plot([0, 1], [0, 1], color="grey", lw=1)
         ax.axhline(0.5, color="grey", ls="--", lw=0.8)
         ax.axvline(0.5, color="grey", ls="--", lw=0.8)
-        ax.set(xlim=(-0.03, 1.03), ylim=(-0.03, 1.03), title=title, xlabel=f"p(option) under {reference}")
+        ax.set(xlim=(-0.03, 1.03), ylim=(-0.03, 1.03), title=title, xlabel=f"{label} under {reference}")
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.17))
-    axes[0].set_ylabel("p(option) under the policy")
+    axes[0].set_ylabel(f"{label} under the policy")
     return axes
