@@ -47,7 +47,7 @@ from ..policy.prompts import encode_chat, episode_chats
 from ..policy.rollout import Sampling, Trajectory, rollout
 from ..policy.scoring import collate, selected_logprobs_and_hidden
 from .losses import OBJECTIVES, ObjectiveInputs, kl_estimate
-from .turn_credit import SplitValues, split_values
+from .turn_credit import SplitValues, require_turn_chats, split_values
 from .value_head import ValueHead, turn_positions
 from .vstar import VStarTable
 
@@ -194,13 +194,13 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
         return torch.zeros(batch, device=dev, dtype=values.dtype).index_add(0, rows, values)
 
     goal_ids = {}
-    per_turn = {}
+    extra = {}  # the fields only some objectives read
     if split is not None:
-        per_turn = _split_inputs(trajectories, split, owner, token_chat, profile.policy.window, dev)
+        extra.update(_split_inputs(split, owner, token_chat, profile.policy.window, dev))
     if critic is not None:
-        per_turn = dict(values=critic.values, token_turn=critic.token_turn,
-                        turn_row=torch.tensor([row for row, t in enumerate(trajectories) for _ in t.turns], device=dev),
-                        turn_rewards=torch.tensor([u.reward for t in trajectories for u in t.turns], device=dev))
+        extra.update(values=critic.values, token_turn=critic.token_turn,
+                     turn_row=torch.tensor([row for row, t in enumerate(trajectories) for _ in t.turns], device=dev),
+                     turn_rewards=torch.tensor([u.reward for t in trajectories for u in t.turns], device=dev))
     return ObjectiveInputs(
         logp=per_trajectory(token_logp), logp_ref=per_trajectory(token_logp_ref),
         reward=torch.tensor([t.reward for t in trajectories], device=dev, dtype=torch.float32),
@@ -209,14 +209,13 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
         group=torch.tensor([goal_ids.setdefault((t.goal.split, t.goal.index), len(goal_ids)) for t in trajectories],
                            device=dev),
         token_logp=token_logp, token_logp_ref=token_logp_ref, token_logp_old=token_logp.detach(),
-        token_row=rows, entropy=entropy, **per_turn)
+        token_row=rows, entropy=entropy, **extra)
 
 
-def _split_inputs(trajectories, split: SplitValues, owner: list[int], token_chat, window, dev) -> dict:
+def _split_inputs(split: SplitValues, owner: list[int], token_chat, window, dev) -> dict:
     """``ObjectiveInputs``' split fields: which tokens come from the turns at or after each trajectory's split (one
     chat per turn, in turn order within a trajectory), V*(s_k) and the reward before the split."""
-    if window != 1:
-        raise ValueError(f"apo_split needs one chat per turn (policy.window=1), got window={window}")
+    require_turn_chats(window)
     chat_turn, seen = [], {}
     for row in owner:
         chat_turn.append(seen.get(row, 0))
@@ -276,8 +275,8 @@ class Trainer:
         if self.world > 1 and (self.config.batch_goals // max(1, self.config.group_size)) % self.world:
             raise ValueError(f"batch_goals / group_size = {self.config.batch_goals // max(1, self.config.group_size)} "
                              f"goals per iteration cannot be shared equally by {self.world} processes")
-        if objective == "apo_split" and profile.policy.window != 1:
-            raise ValueError(f"apo_split needs one chat per turn (policy.window=1), got window={profile.policy.window}")
+        if objective == "apo_split":
+            require_turn_chats(profile.policy.window)
         self.ref_model.eval().requires_grad_(False)
         # PPO's critic: a value head on the policy's last hidden state, trained with it
         self.value_head = ValueHead(model.config.hidden_size).to(_device_of(model)) if objective == "ppo" else None

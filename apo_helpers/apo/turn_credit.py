@@ -29,6 +29,12 @@ from .vstar import optimal_value
 BUY_ACTION = "click[buy now]"
 
 
+def require_turn_chats(window) -> None:
+    """The split marks tokens by turn, which needs one chat per turn (``policy.window=1``)."""
+    if window != 1:
+        raise ValueError(f"apo_split needs one chat per turn (policy.window=1), got window={window}")
+
+
 def decision_turn(trajectory: Trajectory) -> int | None:
     """Index of the trajectory's first item-page turn (a turn offering ``click[buy now]``), or None when it never
     reaches one or reaches it on its very first turn (nothing to split)."""
