@@ -48,10 +48,11 @@ def cmd_evaluate(args) -> int:
 
     seed_everything(args.seed)
     if args.agent not in AGENTS and Path(args.agent).is_dir():
-        from .policy.models import load_policy
+        from .policy.models import load_policy, with_rendering
 
         model, tokenizer = load_policy(args.agent, device())
-        result, _ = evaluate_policy(model, tokenizer, args.split, args.episodes, get_profile(args.profile),
+        result, _ = evaluate_policy(model, tokenizer, args.split, args.episodes,
+                                    with_rendering(get_profile(args.profile), args.agent),
                                     name=args.agent, progress=not args.json)
     else:
         result = evaluate(make_agent(args.agent, args.seed), args.split, args.episodes, progress=not args.json)
@@ -75,12 +76,15 @@ def cmd_train_ref(args) -> int:
     if args.skip_options:  # a sloppy pi_ref gets its own folder unless told: the profile's pi_ref is never replaced
         profile = replace(profile, reference=replace(profile.reference, demo_skip_options=args.skip_options))
         default_out = default_out.with_name(f"{default_out.name}_skip_options_{args.skip_options:g}")
+    if args.show_selected_options:  # pages that say which option value is selected: a pi_ref of its own too
+        profile = replace(profile, policy=replace(profile.policy, show_selected_options=True))
+        default_out = default_out.with_name(f"{default_out.name}_selected")
     args.out = args.out or default_out
     ref = train_reference(profile, args.out, args.demonstrations, args.pretrain_steps, args.sft_steps,
                           progress=not args.json)
     cfg = profile.reference
     metrics = {"profile": profile.name, "demonstrations": len(ref.demonstrations),
-               "demo_skip_options": cfg.demo_skip_options,
+               "demo_skip_options": cfg.demo_skip_options, "show_selected_options": profile.policy.show_selected_options,
                "train_seconds": round(ref.seconds, 1), "final_loss": round(float(ref.history["loss"].iloc[-1]), 4)}
     for split in ("val", "test"):
         seed_everything(profile.seed)
@@ -154,10 +158,12 @@ def cmd_pretrained(args) -> int:
 def cmd_vstar(args) -> int:
     """A*PO stage 1: V* of the profile's train goals from N samples of the frozen pi_ref (cached)."""
     from .apo.vstar import stage1
-    from .policy.models import load_policy
+    from .policy.models import load_policy, with_rendering
 
     profile = get_profile(args.profile)
-    ref_model, tokenizer = load_policy(_reference_arg(args, profile), device())
+    ref = _reference_arg(args, profile)
+    profile = with_rendering(profile, ref)
+    ref_model, tokenizer = load_policy(ref, device())
     result = stage1(ref_model, tokenizer, profile, args.out, progress=not args.json)
     table = result.table
     summary = {"key": result.key, "folder": str(Path(args.out) / result.key), "loaded_from_cache": result.loaded,
@@ -175,14 +181,17 @@ def cmd_decisions(args) -> int:
     import pandas as pd
 
     from .analysis.decisions import decision_summary, item_page_states, option_click_rates
-    from .policy.models import load_policy
+    from .policy.models import load_policy, with_rendering
 
-    profile = get_profile(args.profile)
+    profile = with_rendering(get_profile(args.profile), args.states_from)
     named = []
     for pair in args.models:
         name, sep, folder = pair.partition("=")
         if not sep or not name or not (Path(folder) / "model.safetensors").exists():
             raise ValueError(f"--models takes NAME=FOLDER pairs with a model.safetensors in FOLDER, got {pair!r}")
+        if with_rendering(profile, folder).policy != profile.policy:
+            raise ValueError(f"{folder} was trained on pages rendered unlike those of {args.states_from} "
+                             f"(policy.models.RENDERING_FILE): probe policies of one rendering together")
         named.append((name, folder))
     model, tokenizer = load_policy(args.states_from, device())
     pages = item_page_states(model, tokenizer, args.split, args.episodes, profile)
@@ -213,10 +222,11 @@ def cmd_train(args) -> int:
     from .analysis.evaluate import evaluate_policy
     from .analysis.failures import option_columns
     from .apo.trainer import train_run
-    from .policy.models import load_policy
+    from .policy.models import load_policy, with_rendering
 
     profile = with_overrides(get_profile(args.profile), args.set)
     ref = _reference_arg(args, profile)
+    profile = with_rendering(profile, ref)
     out = Path(args.out or f"runs/{args.objective}_{profile.name}")
     rows = []
     for seed in args.seeds:
@@ -397,6 +407,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--demonstrations", type=int, default=None, help="override the profile's demonstrations")
     p.add_argument("--pretrain-steps", type=int, default=None)
     p.add_argument("--sft-steps", type=int, default=None)
+    p.add_argument("--show-selected-options", action="store_true",
+                   help="item pages say which option value is selected (PolicyConfig.show_selected_options); recorded "
+                        "in the folder for every later step; saved to runs/pi_ref_<profile>[_skip_options_<share>]"
+                        "_selected unless --out is given")
     p.add_argument("--skip-options", type=float, default=None, metavar="SHARE",
                    help="a sloppy demonstrator: the share of demonstrations that ignore the instruction's options "
                         "(default 0); saved to runs/pi_ref_<profile>_skip_options_<share> unless --out is given")

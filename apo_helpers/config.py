@@ -58,6 +58,9 @@ class EnvConfig:
     """Search results kept per query (WebShop: 50)."""
     show_item_positions: bool = False
     """Also show ``item k`` before each result so ``click[item k]`` opens it (off in WebShop)."""
+    show_selected_options: bool = False
+    """Say beside each option's name on an item page which value is selected (``size (selected: large)`` or
+    ``size (not selected)``); off in WebShop, whose text page looks the same before and after an option click."""
     max_action_chars: int = 500
     """Longer actions are rejected as invalid before any parsing."""
 
@@ -104,6 +107,10 @@ class PolicyConfig:
     """Results per page the policy sees (rendering only; the rules are unchanged)."""
     show_item_positions: bool = True
     """Show ``item k`` before each result so the policy can click by position instead of copying an id."""
+    show_selected_options: bool = False
+    """Mark the selected value of each option on item pages (``EnvConfig.show_selected_options``). A pi_ref trained
+    with it records it in its folder and every later step reads it from there (``policy.models.with_rendering``);
+    ``train-ref --show-selected-options`` sets it."""
     batch_size: int = 64
     """Episodes generated in lockstep."""
 
@@ -267,7 +274,8 @@ class Profile:
     def policy_env(self) -> EnvConfig:
         """The environment as the policy sees it: the same rules, the policy's rendering."""
         return dataclasses.replace(self.env, results_per_page=self.policy.results_per_page,
-                                   show_item_positions=self.policy.show_item_positions)
+                                   show_item_positions=self.policy.show_item_positions,
+                                   show_selected_options=self.policy.show_selected_options)
 
 
 PROFILES: dict[str, Profile] = {

@@ -206,6 +206,7 @@ def test_cache_key_depends_on_what_changes_vstar(models):
     assert base != cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, vstar_samples=4), 0)
     assert base != cache_key(weights_hash(ref_model), goals[:-1], P.apo, 0)
     assert base != cache_key("another model", goals, P.apo, 0)
+    assert base != cache_key(weights_hash(ref_model), goals, P.apo, 0, show_selected_options=True)
 
 
 def test_weights_hash_sees_one_changed_weight(models):
@@ -463,6 +464,27 @@ def test_cli_vstar_then_train(ref_dir, tmp_path, capsys):
     metrics = json.loads((tmp_path / "run" / "seed_0" / "metrics.json").read_text())
     assert metrics["vstar_key"] == summary["key"]
     assert metrics["ref"] == ref_dir.name and "test_option_clicked" in metrics and "test_options_right" in results
+
+
+def test_a_run_plays_the_pages_its_reference_learned_on(ref_dir, tmp_path, capsys):
+    import shutil
+
+    from apo_helpers.policy.models import RENDERING_FILE, rendering_files
+
+    marked = shutil.copytree(ref_dir, tmp_path / "marked_ref")
+    for name, text in rendering_files(dataclasses.replace(P.policy, show_selected_options=True)).items():
+        (marked / name).write_text(text)
+    keys = []
+    for ref in (ref_dir, marked):
+        assert main(["vstar", "--profile", "ci", "--ref", str(ref), "--out", str(tmp_path / "vs"), "--json"]) == 0
+        keys.append(json.loads(capsys.readouterr().out)["key"])
+    assert keys[0] != keys[1]  # same weights, other pages: another V*
+    assert main(["train", "--profile", "ci", "--ref", str(marked), "--vstar", str(tmp_path / "vs"), "--out",
+                 str(tmp_path / "run"), "--seeds", "0", "--iterations", "1", "--skip-ref", "--json"]) == 0
+    metrics = json.loads((tmp_path / "run" / "seed_0" / "metrics.json").read_text())
+    assert metrics["show_selected_options"] and metrics["vstar_key"] == keys[1]
+    recorded = json.loads((tmp_path / "run" / "seed_0" / "policy" / RENDERING_FILE).read_text())
+    assert recorded == {"show_selected_options": True}
 
 
 def test_cli_train_saves_under_a_name_of_its_own(ref_dir, tmp_path, monkeypatch, capsys):

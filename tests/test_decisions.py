@@ -99,6 +99,19 @@ def test_cli_names_a_bad_model_pair(ci_ref_dir, capsys):
         assert f"NAME=FOLDER pairs with a model.safetensors in FOLDER, got {bad!r}" in capsys.readouterr().err
 
 
+def test_cli_refuses_policies_of_another_rendering(ci_ref_dir, tmp_path, capsys):
+    import shutil
+
+    from apo_helpers.config import PolicyConfig
+    from apo_helpers.policy.models import rendering_files
+
+    marked = shutil.copytree(ci_ref_dir, tmp_path / "marked")
+    for name, text in rendering_files(PolicyConfig(show_selected_options=True)).items():
+        (marked / name).write_text(text)
+    assert main(["decisions", "--profile", "ci", "--states-from", str(ci_ref_dir), "--models", f"m={marked}"]) != 0
+    assert "trained on pages rendered unlike those of" in capsys.readouterr().err
+
+
 def test_cli_probes_each_policy(ci_ref_dir, capsys):
     assert main(["decisions", "--profile", "ci", "--states-from", str(ci_ref_dir), "--models", f"a={ci_ref_dir}",
                  f"b={ci_ref_dir}", "--split", "val", "--episodes", "8", "--samples", "2"]) == 0

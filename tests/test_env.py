@@ -126,6 +126,26 @@ def test_option_select_and_reselect_replaces(goto, option_product):
     assert env.state.kind == "item" and env.state.asin == option_product.asin
 
 
+def test_item_page_says_what_is_selected_only_when_asked(small_catalog, option_product):
+    (first, values_1), (second, _) = list(option_product.options.items())[:2]
+    plain = WebShopEnv(catalog=small_catalog)
+    marked = WebShopEnv(catalog=small_catalog, config=EnvConfig(show_selected_options=True))
+    for env in (plain, marked):
+        env.reset(options={"goal_index": 0})
+        step_ok(env, f"search[{option_product.title}]")
+        step_ok(env, f"click[{option_product.asin}]")
+    before = marked.observation
+    assert f"{first} (not selected)" in before and f"{second} (not selected)" in before
+    buttons = marked.available_actions
+    assert buttons == plain.available_actions  # the same buttons: only the text beside the option names changes
+    obs_plain, _ = step_ok(plain, f"click[{values_1[1]}]")
+    obs, _ = step_ok(marked, f"click[{values_1[1].upper()}]")
+    assert f"{first} (selected: {values_1[1]})" in obs and f"{second} (not selected)" in obs
+    assert marked.available_actions == buttons
+    assert "selected" not in obs_plain and obs_plain == plain.observation  # WebShop's page: unchanged by a click
+    assert obs.replace(f" (selected: {values_1[1]})", "").replace(" (not selected)", "") == obs_plain
+
+
 @pytest.mark.parametrize("detail", ["description", "features", "reviews"])
 def test_detail_pages_and_back_keep_selected_options(goto, option_product, detail):
     env = goto("item")

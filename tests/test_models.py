@@ -189,6 +189,23 @@ def test_save_load_round_trip(tmp_path, tokenizer, model):
         assert torch.equal(via_registry.eval()(**batch).logits, expected)
 
 
+def test_a_saved_policy_records_its_rendering(tmp_path, tokenizer, model):
+    import dataclasses
+
+    from apo_helpers.policy.models import RENDERING_FILE, rendering_files, with_rendering
+
+    marked = dataclasses.replace(PROFILE.policy, show_selected_options=True)
+    folder = save_policy(model, tokenizer, tmp_path / "policy", extra_files=rendering_files(marked))
+    assert with_rendering(PROFILE, folder).policy == marked
+    assert with_rendering(PROFILE, folder).policy_env().show_selected_options
+    assert with_rendering(PROFILE, tmp_path) is PROFILE  # no record: the profile as it is
+    for text, message in [("{not json", "not valid JSON"), ('{"batch_size": 3}', "fields from"),
+                          ('["show_selected_options"]', "fields from"), ('{"show_selected_options": 1}', "should be a bool")]:
+        (folder / RENDERING_FILE).write_text(text)
+        with pytest.raises(ValueError, match=message):
+            with_rendering(PROFILE, folder)
+
+
 def test_load_missing_folder(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_policy(tmp_path / "nothing here")

@@ -87,15 +87,17 @@ def test_cli_train_ref_skip_options_reaches_the_demonstrations(tmp_path, monkeyp
     seen = []
 
     def stop(profile, out_dir, *args, **kwargs):
-        seen.append((profile.reference.demo_skip_options, str(out_dir)))
-        raise KeyboardInterrupt  # the demonstrations' setting and the folder are all this test needs
+        seen.append((profile.reference.demo_skip_options, profile.policy.show_selected_options, str(out_dir)))
+        raise KeyboardInterrupt  # the demonstrations' setting, the rendering and the folder are all this test needs
 
     monkeypatch.setattr(sft, "train_reference", stop)
-    for argv in (["--skip-options", "0.5", "--out", str(tmp_path)], [], ["--skip-options", "0.25"]):
+    for argv in (["--skip-options", "0.5", "--out", str(tmp_path)], [], ["--skip-options", "0.25"],
+                 ["--skip-options", "0.5", "--show-selected-options"]):
         with pytest.raises(KeyboardInterrupt):
             cli.main(["train-ref", "--profile", "ci", *argv])
-    assert seen == [(0.5, str(tmp_path)), (P.reference.demo_skip_options, str(sft.reference_dir(P))),
-                    (0.25, str(sft.reference_dir(P)) + "_skip_options_0.25")]
+    default = str(sft.reference_dir(P))
+    assert seen == [(0.5, False, str(tmp_path)), (P.reference.demo_skip_options, False, default),
+                    (0.25, False, default + "_skip_options_0.25"), (0.5, True, default + "_skip_options_0.5_selected")]
 
 
 # ---------------------------------------------------------------------------------------------- schedule

@@ -22,7 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..config import RUNS_DIR, Profile, device as default_device, seed_everything
-from ..policy.models import count_parameters, create_policy, load_policy, save_policy
+from ..policy.models import count_parameters, create_policy, load_policy, rendering_files, save_policy
 from ..policy.prompts import Turn, encode_chat, episode_chats, format_response, prompt_actions
 from ..policy.rollout import Trajectory
 from ..policy.scoring import collate, selected_logprobs, token_logprobs
@@ -168,7 +168,7 @@ def train_reference(profile: Profile, out_dir=None, demonstrations: int | None =
                       profile.seed, progress)
     reference = Reference(model, tokenizer, history, demos, time.perf_counter() - start)
     if out_dir is not None:
-        save_policy(model, tokenizer, out_dir)
+        save_policy(model, tokenizer, out_dir, extra_files=rendering_files(profile.policy))
         history.to_csv(f"{out_dir}/history.csv", index=False)
     return reference
 

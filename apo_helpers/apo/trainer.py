@@ -574,10 +574,11 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
 
     Writes under ``out_dir``: ``checkpoints/``, ``history.csv``, ``evals.csv``, ``policy/`` and ``metrics.json``.
     """
-    from ..policy.models import save_policy
+    from ..policy.models import rendering_files, save_policy, with_rendering
     from .vstar import stage1
 
     out_dir = Path(out_dir)
+    profile = with_rendering(profile, ref_dir)  # pages as pi_ref learned them
     accelerator = make_accelerator()
     model, ref_model, tokenizer = load_models(ref_dir, str(accelerator.device))
     with accelerator.main_process_first():  # one process samples stage 1 (when not cached), the others load it
@@ -590,6 +591,7 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
     test = trainer.evaluate("test", profile.apo.test_episodes)
     metrics = {"objective": objective, "seed": seed, "profile": profile.name, "iterations": state.iteration,
                "ref": Path(ref_dir).name, "demo_skip_options": _demo_skip_options(ref_dir),
+               "show_selected_options": profile.policy.show_selected_options,
                "test_success": test["success"], "test_score": test["score"], "test_steps": test["steps"],
                "test_invalid_rate": test["invalid_rate"], **{f"test_{k}": test[k] for k in OPTION_RATES},
                "val_success": float(state.evals["success"].iloc[-1]),
@@ -602,7 +604,7 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
     if accelerator.is_main_process:
         state.history.to_csv(out_dir / "history.csv", index=False)
         state.evals.to_csv(out_dir / "evals.csv", index=False)
-        save_policy(model, tokenizer, out_dir / "policy")
+        save_policy(model, tokenizer, out_dir / "policy", extra_files=rendering_files(profile.policy))
         atomic_write_text(out_dir / "metrics.json", json.dumps(metrics, indent=1) + "\n")
     accelerator.wait_for_everyone()
     return metrics

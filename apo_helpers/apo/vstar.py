@@ -71,10 +71,14 @@ def stage1_goals(profile: Profile, seed: int = 0, catalog: Catalog | None = None
     return goals[skip: skip + profile.apo.vstar_goals]
 
 
-def cache_key(ref_hash: str, goals: list[Goal], config: APOConfig, seed: int) -> str:
-    """What the V* table depends on: pi_ref's weights, the goals, N, beta1, the temperature and the seed."""
+def cache_key(ref_hash: str, goals: list[Goal], config: APOConfig, seed: int,
+              show_selected_options: bool = False) -> str:
+    """What the V* table depends on: pi_ref's weights, the goals, N, beta1, the temperature, the seed and the
+    pages' rendering (only when it differs from the default, so earlier keys stay valid)."""
     spec = {"ref": ref_hash, "goals": [[g.split, g.index] for g in goals], "N": config.vstar_samples,
             "beta1": config.beta1, "temperature": config.vstar_temperature, "seed": seed}
+    if show_selected_options:
+        spec["show_selected_options"] = True
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -156,7 +160,7 @@ def stage1(model, tokenizer, profile: Profile, cache_dir=None, goals: list[Goal]
     config = profile.apo
     seed = profile.seed if seed is None else seed
     goals = goals if goals is not None else stage1_goals(profile, seed)
-    key = cache_key(weights_hash(model), goals, config, seed)
+    key = cache_key(weights_hash(model), goals, config, seed, profile.policy.show_selected_options)
     folder = Path(cache_dir) / key if cache_dir is not None else None
     if folder is not None and (folder / "vstar.csv").exists():
         return filter_goals(load_vstar(folder), config)

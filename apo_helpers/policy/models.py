@@ -17,6 +17,7 @@ All save and load with ``save_pretrained`` / ``from_pretrained`` (safetensors, n
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import importlib.util
 import json
@@ -34,7 +35,7 @@ from transformers.utils import logging as hf_logging
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from ..config import RUNS_DIR, ModelConfig
+from ..config import RUNS_DIR, ModelConfig, PolicyConfig, Profile
 
 hf_logging.disable_progress_bar()  # no "Loading weights" bars in notebooks; our own loops have tqdm bars
 
@@ -149,6 +150,37 @@ def save_policy(model, tokenizer, directory, extra_files: dict[str, str] | None 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return directory
+
+
+RENDERING_FILE = "rendering.json"
+"""The file in a policy folder that records how pages were rendered for it (notebook 04)."""
+RENDERING_FIELDS = ("show_selected_options",)
+"""``PolicyConfig`` fields that change what a policy reads: a policy is only ever run the way it was trained."""
+
+
+def rendering_files(config: PolicyConfig) -> dict[str, str]:
+    """``save_policy``'s ``extra_files`` recording the rendering fields of ``config``."""
+    return {RENDERING_FILE: json.dumps({f: getattr(config, f) for f in RENDERING_FIELDS}, indent=1) + "\n"}
+
+
+def with_rendering(profile: Profile, directory) -> Profile:
+    """``profile`` with the rendering the policy in ``directory`` was trained with (its ``rendering.json``), so
+    stage 1, training, evaluation and probes show it the pages it learned on; unchanged for a folder without one
+    (a policy trained with the defaults, or any Hugging Face folder)."""
+    path = Path(directory) / RENDERING_FILE
+    if not path.exists():
+        return profile
+    try:
+        recorded = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e}); it should hold {{field: value}} for {RENDERING_FIELDS}") from None
+    if not isinstance(recorded, dict) or set(recorded) - set(RENDERING_FIELDS):
+        raise ValueError(f"{path} should hold {{field: value}} with fields from {RENDERING_FIELDS}, got {recorded!r}")
+    for name, value in recorded.items():
+        expected = type(getattr(PolicyConfig(), name))
+        if type(value) is not expected:
+            raise ValueError(f"{path}: {name} should be a {expected.__name__}, got {value!r}")
+    return dataclasses.replace(profile, policy=dataclasses.replace(profile.policy, **recorded))
 
 
 def count_parameters(model) -> int:

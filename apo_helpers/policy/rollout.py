@@ -165,7 +165,8 @@ def rollout(model, tokenizer, goals: list[Goal], sampling: Sampling = Sampling()
         raise ValueError(f"got {len(prefixes)} prefixes for {len(goals)} goals: one per goal (possibly empty)")
     catalog = catalog or default_catalog()
     env_config = env_config or EnvConfig(results_per_page=config.results_per_page,
-                                         show_item_positions=config.show_item_positions)
+                                         show_item_positions=config.show_item_positions,
+                                         show_selected_options=config.show_selected_options)
     was_training = model.training
     model.eval()
     trajectories: list[Trajectory] = []

@@ -94,7 +94,7 @@ def render(state: PageState, goal: Goal, catalog: Catalog, config: EnvConfig) ->
     if state.kind == ITEM:
         parts = [*head, BACK, PREV]
         for name, values in product.options.items():
-            parts += [name, *values]
+            parts += [option_heading(name, state, config), *values]
         rating = "N.A." if product.rating is None else f"{product.rating}"
         parts += [product.title, f"Price: ${product.price:.2f}", f"Rating: {rating}", *DETAIL_BUTTONS, BUY]
         return SEP.join(parts)
@@ -105,6 +105,14 @@ def render(state: PageState, goal: Goal, catalog: Catalog, config: EnvConfig) ->
     else:
         body = [f"{r['rating']} stars: {r['text']}" for r in product.reviews] or ["No reviews yet"]
     return SEP.join([*head, BACK, PREV, *body])
+
+
+def option_heading(name: str, state: PageState, config: EnvConfig) -> str:
+    """An option's name as the item page shows it: with its selected value when ``show_selected_options``."""
+    if not config.show_selected_options:
+        return name
+    chosen = state.selected_options.get(name)
+    return f"{name} (selected: {chosen})" if chosen is not None else f"{name} (not selected)"
 
 
 def option_of(value: str, state: PageState, catalog: Catalog) -> str | None:
