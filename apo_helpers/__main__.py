@@ -177,10 +177,13 @@ def cmd_vstar(args) -> int:
 
 
 def cmd_decisions(args) -> int:
-    """The item-page decision of several policies at the same item pages (those one policy reaches greedily)."""
+    """The item-page decision of several policies at the same item pages (those one policy reaches greedily), and
+    each policy's greedy episodes by the number of options their goals ask for."""
     import pandas as pd
 
     from .analysis.decisions import decision_summary, item_page_states, option_click_rates
+    from .analysis.evaluate import evaluate_policy
+    from .analysis.failures import option_decisions, option_progress
     from .policy.models import load_policy, with_rendering
 
     profile = with_rendering(get_profile(args.profile), args.states_from)
@@ -195,16 +198,22 @@ def cmd_decisions(args) -> int:
         named.append((name, folder))
     model, tokenizer = load_policy(args.states_from, device())
     pages = item_page_states(model, tokenizer, args.split, args.episodes, profile)
-    tables = []
+    tables, episodes = [], []
     for name, folder in named:
         model, tokenizer = load_policy(folder, device())
         tables.append(option_click_rates(model, tokenizer, pages, profile, name, args.samples, seed=args.seed))
-    table = pd.concat(tables, ignore_index=True)
+        result, _ = evaluate_policy(model, tokenizer, args.split, args.episodes, profile, name=name, progress=False)
+        episodes.append(option_decisions(result, name))
+    table, progress = pd.concat(tables, ignore_index=True), pd.concat(episodes, ignore_index=True)
     print(decision_summary(table).round(3).to_string())
+    print(f"\nGreedy episodes on the {args.split} goals that ask for options, by how many:")
+    print(option_progress(progress).round(3).to_string())
     if args.save:
-        path = RESULTS_DIR / f"decisions_{profile.name}.csv"
-        atomic_write_text(path, table.to_csv(index=False))
-        print(f"saved {path}")
+        suffix = f"_{args.name}" if args.name else ""
+        for stem, frame in (("decisions", table), ("option_progress", progress)):
+            path = RESULTS_DIR / f"{stem}{suffix}_{profile.name}.csv"
+            atomic_write_text(path, frame.to_csv(index=False))
+            print(f"saved {path}")
     return 0
 
 
@@ -440,7 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_vstar)
 
-    p = sub.add_parser("decisions", help="how likely each policy clicks an option at the same item pages")
+    p = sub.add_parser("decisions", help="how likely each policy clicks an option at the same item pages, and how "
+                       "far its own greedy episodes get with the options")
     p.add_argument("--states-from", required=True, help="the policy whose greedy episodes give the item pages")
     p.add_argument("--models", nargs="+", required=True, help="NAME=FOLDER of each policy to probe")
     p.add_argument("--split", default="test")
@@ -448,7 +458,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=16, help="sampled replies per item page (temperature 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", default=None, help="ci | class | gpu (default: $APO_PROFILE or class)")
-    p.add_argument("--save", action="store_true", help="write data/results/decisions_<profile>.csv")
+    p.add_argument("--save", action="store_true", help="write data/results/decisions_<profile>.csv (the probe) and "
+                   "option_progress_<profile>.csv (each policy's greedy episodes, analysis.failures.option_decisions)")
+    p.add_argument("--name", default=None, help="with --save: decisions_<name>_<profile>.csv and "
+                   "option_progress_<name>_<profile>.csv, for another set of policies")
     p.set_defaults(func=cmd_decisions)
 
     p = sub.add_parser("train", help="RAGEN's loop with A*PO (or another objective), one run per seed")

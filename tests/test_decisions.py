@@ -112,10 +112,19 @@ def test_cli_refuses_policies_of_another_rendering(ci_ref_dir, tmp_path, capsys)
     assert "trained on pages rendered unlike those of" in capsys.readouterr().err
 
 
-def test_cli_probes_each_policy(ci_ref_dir, capsys):
+def test_cli_probes_each_policy(ci_ref_dir, tmp_path, monkeypatch, capsys):
+    import apo_helpers.__main__ as cli
+    import pandas as pd
+
+    monkeypatch.setattr(cli, "RESULTS_DIR", tmp_path)
     assert main(["decisions", "--profile", "ci", "--states-from", str(ci_ref_dir), "--models", f"a={ci_ref_dir}",
-                 f"b={ci_ref_dir}", "--split", "val", "--episodes", "8", "--samples", "2"]) == 0
-    assert "p(requested value)" in capsys.readouterr().out
+                 f"b={ci_ref_dir}", "--split", "val", "--episodes", "8", "--samples", "2", "--save",
+                 "--name", "x"]) == 0
+    out = capsys.readouterr().out
+    assert "p(requested value)" in out and "a value clicked again" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["decisions_x_ci.csv", "option_progress_x_ci.csv"]
+    progress = pd.read_csv(tmp_path / "option_progress_x_ci.csv")
+    assert progress["method"].tolist() == ["a"] * 8 + ["b"] * 8  # every goal's greedy episode, per policy
 
 
 def test_plot_puts_each_policy_against_the_reference():

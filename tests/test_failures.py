@@ -11,10 +11,11 @@ from hypothesis import given, settings, strategies as st
 from apo_helpers.analysis import failures
 from apo_helpers.analysis.evaluate import Episode, episode_from_trajectory, evaluate
 from apo_helpers.analysis.failures import (CLASSES, FAILURE_CLASSES, SUCCESS, bought_product, class_shares, classify,
-                                           examples, explain, failure_table, per_category, plot_failure_classes, view)
+                                           examples, explain, failure_table, per_category, option_click, plot_failure_classes,
+                                           view)
 from apo_helpers.policy.prompts import Turn, format_response
 from apo_helpers.policy.rollout import Trajectory
-from apo_helpers.webshop.agents import make_agent
+from apo_helpers.webshop.agents import Agent, make_agent
 from apo_helpers.webshop.catalog import Goal
 from apo_helpers.webshop.reward import RewardBreakdown
 
@@ -330,7 +331,8 @@ def test_option_decisions_tell_an_expert_from_one_that_ignores_options():
     full = evaluate(ExpertAgent(0), "val", 40, progress=False)
     sloppy = evaluate(ExpertAgent(0, skip_options=1.0), "val", 40, name="sloppy", progress=False)
     tables = [option_decisions(full), option_decisions(sloppy)]
-    assert list(tables[1].columns) == ["method", "goal_index", "options", "clicked_option", "options_right", "success"]
+    assert list(tables[1].columns) == ["method", "goal_index", "options", "clicked_option", "values_clicked",
+                                       "clicked_again", "options_right", "success"]
     assert not tables[1]["clicked_option"].any()  # it never clicks an option
     with_options = tables[1][tables[1]["options"] > 0]
     assert len(with_options) > 5 and not with_options["success"].any()  # and so never succeeds where they count
@@ -346,3 +348,47 @@ def test_option_decisions_tell_an_expert_from_one_that_ignores_options():
     assert option_columns(full, "test_") == {f"test_{k}": rates[k] for k in OPTION_RATES}
     empty = option_rates(tables[0].iloc[0:0])
     assert empty["option_goals"] == 0 and all(empty[k] != empty[k] for k in OPTION_RATES)  # NaN, not an error
+
+
+class _Stutter(Agent):
+    """The expert, but every option click is sent twice (what a policy does on a page that hides the selection)."""
+
+    def __init__(self):
+        from apo_helpers.webshop.agents import ExpertAgent
+
+        self.expert, self.again = ExpertAgent(0), None
+
+    def reset(self):
+        self.expert.reset()
+        self.again = None
+
+    def act(self, observation, info):
+        if self.again is not None:
+            action, self.again = self.again, None
+            return action
+        action = self.expert.act(observation, info)
+        if info["page"] == "item" and option_click(action):
+            self.again = action
+        return action
+
+
+def test_option_progress_counts_values_and_repeats_per_number_of_options():
+    from apo_helpers.analysis.failures import option_decisions, option_progress
+    from apo_helpers.webshop.agents import ExpertAgent
+
+    expert = option_decisions(evaluate(ExpertAgent(0), "val", 60, progress=False))
+    stutter = option_decisions(evaluate(_Stutter(), "val", 60, name="stutter", progress=False))
+    bought_with_options = expert[(expert["options"] > 0) & expert["options_right"]]
+    assert len(bought_with_options) > 5
+    assert (bought_with_options["values_clicked"] >= bought_with_options["options"]).all()
+    assert not expert["clicked_again"].any()
+    same = stutter["values_clicked"] == expert["values_clicked"]  # the same values, twice each (unless out of turns)
+    assert same.mean() > 0.9
+    assert stutter.loc[same, "clicked_again"].tolist() == (expert.loc[same, "values_clicked"] > 0).tolist()
+    table = option_progress(pd.concat([expert, stutter]))
+    assert table.index.names == ["method", "options"]
+    assert sorted({n for _, n in table.index}) == sorted(set(expert.loc[expert["options"] > 0, "options"]))
+    two = table.loc[("expert", 2)]
+    assert two["goals"] == int((expert["options"] == 2).sum())
+    assert two["a value clicked again"] == 0 and table.loc[("stutter", 2), "a value clicked again"] > 0.5
+    assert two["as many values as asked"] >= two["every option right"]

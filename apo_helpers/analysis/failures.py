@@ -251,7 +251,8 @@ def examples(items, cls: str, k: int = 2) -> list:
 
 def option_decisions(items, name: str | None = None) -> pd.DataFrame:
     """The item-page decision per episode: one row per episode with the goal's number of options, whether an
-    option value was clicked on an item page at all, whether the purchase had every requested option
+    option value was clicked on an item page at all, how many different values were clicked on the item last
+    opened and whether one of them was clicked again there, whether the purchase had every requested option
     (``options_missing`` empty), and success. Notebook 04 reads it to see whether RL taught what the
     demonstrations left out (a demonstrator that ignores options: ``ExpertAgent(skip_options=...)``)."""
     name = name or getattr(items, "name", None) or "agent"
@@ -261,11 +262,47 @@ def option_decisions(items, name: str | None = None) -> pd.DataFrame:
         goal = _goal_of(v, default_catalog())
         clicked = any(ok and _item_page(obs) is not None and option_click(a)
                       for obs, a, ok in zip(v.observations, v.actions, v.valid))
+        last_item = _last_item_clicks(v)
         b = v.breakdown
         rows.append({"method": name, "goal_index": v.goal_index, "options": len(goal.options) if goal else 0,
-                     "clicked_option": bool(clicked), "options_right": bool(b is not None and not b["options_missing"]),
-                     "success": v.success})
-    return pd.DataFrame(rows, columns=["method", "goal_index", "options", "clicked_option", "options_right", "success"])
+                     "clicked_option": bool(clicked), "values_clicked": len(set(last_item)),
+                     "clicked_again": len(last_item) > len(set(last_item)),
+                     "options_right": bool(b is not None and not b["options_missing"]), "success": v.success})
+    return pd.DataFrame(rows, columns=OPTION_DECISION_COLUMNS)
+
+
+OPTION_DECISION_COLUMNS = ["method", "goal_index", "options", "clicked_option", "values_clicked", "clicked_again",
+                           "options_right", "success"]
+
+
+def _last_item_clicks(v: EpisodeView) -> list[str]:
+    """The option values clicked (valid clicks, in order) since the last results or search page: the clicks on the
+    item opened last, the one bought when the episode bought."""
+    clicks: list[str] = []
+    for observation, action, ok in zip(v.observations, v.actions, v.valid):
+        if _item_page(observation) is None:
+            if parse_results(observation) or observation.endswith(pages.SEP + "Search"):
+                clicks = []
+            continue
+        if ok and option_click(action):
+            clicks.append(action)
+    return clicks
+
+
+def option_progress(table: pd.DataFrame) -> pd.DataFrame:
+    """Per method and number of options a goal asks for (goals without options left out), from an
+    ``option_decisions`` table: the goals, the share where no option was clicked, where at least as many different
+    values as asked were clicked, where a value was clicked again, where the purchase had every option right, and
+    success. Where two-option goals fail: a second click that repeats the first is the page's fault (WebShop's text
+    page looks the same after a click), a missing one the policy's."""
+    part = table[table["options"] > 0].assign(
+        no_click=lambda t: t["values_clicked"] == 0, enough=lambda t: t["values_clicked"] >= t["options"])
+    grouped = part.groupby(["method", "options"], sort=False)
+    return pd.DataFrame({"goals": grouped.size(), "no value clicked": grouped["no_click"].mean(),
+                         "as many values as asked": grouped["enough"].mean(),
+                         "a value clicked again": grouped["clicked_again"].mean(),
+                         "every option right": grouped["options_right"].mean(),
+                         "success": grouped["success"].mean()})
 
 
 OPTION_RATES = {"option_clicked": "an option clicked", "options_right": "every option right",
