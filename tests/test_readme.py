@@ -39,6 +39,13 @@ def test_trained_table_keeps_each_pi_ref_with_its_runs(tmp_path):
     lines = trained_table(tmp_path).splitlines()
     assert len(lines) == 7 and sum("pi_ref (start)" in line for line in lines) == 2
     assert lines[6].startswith("| apo_split | options ignored in 50% | 1 | 28.0% ± 0.0% |")
+    # the same demonstrations on pages that show the selection: another pi_ref, another group
+    _seeds(tmp_path / "apo_sloppy_selected_class_seeds.csv", "apo", [0.40], ref_success=0.30, demo_skip_options=0.5,
+           show_selected_options=True)
+    lines = trained_table(tmp_path).splitlines()
+    assert len(lines) == 9 and sum("pi_ref (start)" in line for line in lines) == 3
+    assert lines[7].startswith("| pi_ref (start) | options ignored in 50%; pages show the selection | - | 30.0% |")
+    assert lines[8].startswith("| apo | options ignored in 50%; pages show the selection | 1 | 40.0% ± 0.0% |")
 
 
 def test_bench_train_table_and_sections_are_filled(tmp_path):

@@ -90,9 +90,9 @@ def bench_rollout_table(results: Path = RESULTS_DIR) -> str | None:
 
 
 def trained_table(results: Path = RESULTS_DIR) -> str | None:
-    """Per pi_ref (the ``*_class_seeds.csv`` files grouped by their demonstrations): pi_ref's row once, then one row
-    per trained objective of any of its files (mean and spread over seeds); the demonstrations column tells the
-    pi_refs apart."""
+    """Per pi_ref (the ``*_class_seeds.csv`` files grouped by their demonstrations and item pages): pi_ref's row
+    once, then one row per trained objective of any of its files (mean and spread over seeds); the demonstrations
+    column tells the pi_refs apart."""
     paths = sorted(results.glob("*_class_seeds.csv"))
     if not paths:
         return None
@@ -101,6 +101,9 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
         df = pd.read_csv(path)
         share = df["demo_skip_options"].dropna() if "demo_skip_options" in df else pd.Series(dtype=float)
         demos = (f"options ignored in {share.iloc[0]:.0%}" if len(share) and share.iloc[0] > 0 else "full expert")
+        marked = df["show_selected_options"].dropna() if "show_selected_options" in df else pd.Series(dtype=bool)
+        if len(marked) and bool(marked.iloc[0]):  # another pi_ref: pages that say which option is selected
+            demos += "; pages show the selection"
         groups.setdefault(demos, []).append(df)
     rows = []
     for demos, frames in groups.items():
