@@ -325,8 +325,9 @@ if sloppy_evals_path.exists():
 # tokens, including a search query that sampling at temperature 1 garbles (drawing only goals with options did not
 # help, so it is not that half of each batch says nothing about the decision); and the item page does not show which
 # options are already selected, so a policy that clicks can loop between two values. The next two parts try the
-# first of the levers left (credit at the turn where the decision is made) and then look at the decision itself;
-# the others are an item page that marks the selected options and a pretrained model (`gpu` profile).
+# first of the levers left (credit at the turn where the decision is made), look at the decision itself and at
+# where the purchases lose the rest, and then change the item page so that it shows what is selected; the lever
+# left after that is a pretrained model (`gpu` profile).
 #
 # ### Credit at the decision: `apo_split`
 #
@@ -422,13 +423,123 @@ else:
 # than the other. The full π_ref, which saw the expert select options in every demonstration, clicks a requested
 # value on most pages. So the decision is learnable from the reward, and 60 iterations learn a part of it, about a
 # quarter of the way to the full π_ref by the printed greedy numbers. The purchases gain less than the first click:
-# "every option right" on test rose far less than "an option clicked" in the per-seed tables above. Where the rest
-# is lost was not measured here; the candidates are goals with two options (a second click, on a page that does not
-# show what is already selected) and the item pages the policy reaches on its own, which are not π_ref's. Greedy test
-# success therefore gains a point or two, not ten. What would attack that next: an item page that shows which
-# options are selected (no loops, and a state that says what is still missing), more iterations at the same step
-# size with the split objective (all three of its seeds moved the decision), and a pretrained model that reads
-# "size: large" in the instruction and the option list alike.
+# "every option right" on test rose far less than "an option clicked" in the per-seed tables above, and greedy test
+# success gains a point or two, not ten. The next part finds where the rest is lost.
+#
+# ### Where the purchases lose the rest
+#
+# The probe holds the state fixed. The policies' own greedy episodes tell where a goal with options is lost after
+# that: the same `decisions` command plays each policy's greedy test episodes and commits them as
+# `data/results/option_progress_class.csv` (`analysis.failures.option_decisions`). Grouped by how many options a goal
+# asks for (`option_progress`): on the item bought, was no value clicked, were as many different values clicked as
+# the goal asks for, was one value clicked twice, and did the purchase get every option right.
+
+# %%
+from apo_helpers.analysis.failures import option_progress, option_rates
+
+progress_path = RESULTS_DIR / "option_progress_class.csv"
+if progress_path.exists():
+    progress = option_progress(pd.read_csv(progress_path))
+    display(progress.round(2))
+    two = progress.xs(2, level="options")
+    print("goals that ask for two options:")
+    for name, row in two.iterrows():
+        print(f"  {name:24s} as many values as asked {row['as many values as asked']:.2f}, "
+              f"a value clicked again {row['a value clicked again']:.2f}, success {row['success']:.2f}")
+else:
+    print("no committed option progress yet (the decisions command above)")
+
+# %% [markdown]
+# **What this says.** Goals with two options are where every policy fails. Only the full π_ref ever buys with both
+# options right, and rarely; the careless π_ref and all its RL seeds click two different values on almost none of
+# them, and click one value twice more often than that. Even the full π_ref, whose demonstrations never repeat a
+# click, repeats one on about a quarter of these goals. That is no accident of training: WebShop's text item page
+# looks exactly the same before and after an option click, and the only trace of the click is the list of earlier
+# actions in the prompt. From the page alone, "click this option", "click the other one" and "buy" answer the same
+# state. On goals with one option the RL seeds click more often than their π_ref and get the option right more
+# often; what they lose after that is the product itself (attributes and price: the search and the choice of item).
+#
+# ### Pages that show the selection
+#
+# So the next lever changes what the agent sees: `EnvConfig.show_selected_options` writes beside each option's name
+# whether and what is selected (`size (not selected)`, then `size (selected: large)`). The buttons and the reward
+# are unchanged; WebShop's own text pages do not do this, so it is off by default and every result above keeps its
+# pages. A π_ref trained with it records it in its folder, and stage 1, training, evaluation and the probe read it
+# from there (`policy.models.with_rendering`), so a policy is only ever shown the pages it learned on. Everything is
+# retrained from scratch on such pages: both π_refs, stage 1, and three seeds of A*PO from the careless one.
+#
+# ```
+# python -m apo_helpers train-ref --profile class --show-selected-options      # -> runs/pi_ref_class_selected
+# python -m apo_helpers train-ref --profile class --skip-options 0.5 --show-selected-options
+#                                                               # -> runs/pi_ref_class_skip_options_0.5_selected
+# python -m apo_helpers train --objective apo --profile class --ref runs/pi_ref_class_skip_options_0.5_selected \
+#     --seeds 0 1 2 --iterations 60 --out runs/apo_sloppy_selected_class --name apo_sloppy_selected --save
+# python -m apo_helpers decisions --states-from runs/pi_ref_class_skip_options_0.5_selected --models \
+#     "pi_ref options ignored=runs/pi_ref_class_skip_options_0.5_selected" "apo seed 0=..." ... \
+#     "pi_ref full expert=runs/pi_ref_class_selected" --save --name selected
+# ```
+
+# %%
+selected_path = RESULTS_DIR / "apo_sloppy_selected_class_seeds.csv"
+selected_progress_path = RESULTS_DIR / "option_progress_selected_class.csv"
+if selected_path.exists() and selected_progress_path.exists() and sloppy_path.exists():
+    selected_seeds = pd.read_csv(selected_path)
+    selected_runs = selected_seeds[selected_seeds["objective"] == "apo"]
+    selected_ref = selected_seeds[selected_seeds["objective"] == "pi_ref"].iloc[0]
+    selected_episodes = pd.read_csv(selected_progress_path)
+    full_selected = selected_episodes[selected_episodes["method"] == "pi_ref full expert"]
+    full_selected_rates = option_rates(full_selected)
+
+    def mean_spread(runs, key="test_success"):
+        return f"{runs[key].mean():.3f} ± {runs[key].std(ddof=0):.3f}"
+
+    rows = {  # (WebShop's pages, pages that show the selection)
+        "π_ref from the full expert": (full_row, pd.Series(
+            {"test_success": full_selected["success"].mean(),
+             **{f"test_{k}": full_selected_rates[k] for k in OPTION_RATES}})),
+        "π_ref, options ignored in 50% of demonstrations": (sloppy_ref, selected_ref)}
+    pages_table = pd.DataFrame(
+        {f"{label}, {pages}": [f"{pair[i][key]:.3f}" for pair in rows.values()]
+         + [mean_spread((sloppy_runs, selected_runs)[i], key)]
+         for key, label in [("test_success", "success"), ("test_success_with_options", "success with options"),
+                            ("test_success_without_options", "success without options")]
+         for i, pages in enumerate(["WebShop's pages", "selection shown"])},
+        index=[*rows, f"A*PO from the careless π_ref (mean ± std over {len(selected_runs)} seeds)"])
+    print("greedy test success (200 goals), on WebShop's pages and on pages that show the selection")
+    display(pages_table.T)
+    display(selected_runs[["seed", *columns]].rename(columns=columns).set_index("seed").round(3))
+    selected_gain = selected_runs["test_success"].mean() - selected_ref["test_success"]
+    print(f"A*PO's gain over its π_ref on pages that show the selection: {selected_gain:+.3f} "
+          f"(spread over seeds {selected_runs['test_success'].std(ddof=0):.3f}; target +0.10); "
+          f"on WebShop's pages: {sloppy_gain:+.3f}")
+    two_options = pd.concat({"WebShop's pages": progress.xs(2, level="options"),
+                             "selection shown": option_progress(selected_episodes).xs(2, level="options")})
+    print("goals that ask for two options, greedy episodes:")
+    display(two_options.round(2))
+    selected_decisions = pd.read_csv(RESULTS_DIR / "decisions_selected_class.csv")
+    print("the decision probe on the careless π_ref's item pages, selection shown "
+          "(pages that offer a requested value):")
+    display(decision_summary(selected_decisions[selected_decisions["offers_requested"]]).round(3))
+    selected_history = pd.read_csv(RESULTS_DIR / "apo_sloppy_selected_class_history.csv")
+    by_third = selected_history.groupby(selected_history["iteration"] * 3 // (selected_history["iteration"].max() + 1))
+    print("sampled training reward by thirds of the run (mean of seeds): "
+          + " -> ".join(f"{v:.3f}" for v in by_third["reward"].mean()))
+else:
+    print("no committed runs on pages that show the selection yet (commands above)")
+
+# %% [markdown]
+# **What this says.** The page fixes the loop, and RL still adds nothing. What the page changes, clearly: on goals
+# with two options the repeated click mostly disappears for every policy, and more episodes click two different
+# values. Both π_refs also succeed more often overall, but read the "success without options" rows as the control:
+# those goals' item pages have no options and look the same in both renderings, and their success rose about as
+# much. So most of the π_refs' overall gain is what two imitation runs of the same recipe differ by (each π_ref was
+# trained once, its tokenizer on its own pages' text), not the page. A*PO from the careless π_ref on the new pages
+# ends where it started, within the spread over seeds. Unlike on WebShop's pages it did not even move the decision:
+# the probe's probability of clicking a requested value is about the same for π_ref and the three seeds, and the
+# sampled training reward barely moves over the run. So the page was one thing holding the purchases back, but not
+# what holds RL back: with 60 iterations of 32 episodes from a 1M-parameter π_ref, regressing onto r − V* does not
+# raise the reward of the policy's own samples, whichever way the pages are rendered. What is left untried: a
+# pretrained model (`gpu` profile) whose samples start from a better policy, and budgets far beyond a 2-core CPU's.
 #
 # ## 6. β₂: how far the policy may move from π_ref
 #
@@ -532,3 +643,6 @@ else:
 #   decision more evenly over seeds but gained no more; probed at the same item pages, RL moves the click on a
 #   requested value part of the way toward what full demonstrations teach, while purchases with every requested
 #   option gain less.
+# - Goals with two options fail for every policy on WebShop's pages, which look the same after an option click: the
+#   policies click one value twice. Pages that say what is selected (`show_selected_options`) remove most repeats,
+#   but A*PO from a π_ref trained on them gains nothing either: the training reward itself stays flat.
