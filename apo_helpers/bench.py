@@ -66,13 +66,14 @@ def bench_rollout(batch: int = 32, ref: str | None = None, split: str = "val", r
 
     from .apo.sft import expert_demonstrations, tokenizer_corpus
     from .config import device, get_profile
-    from .policy.models import create_policy, load_policy
+    from .policy.models import create_policy, load_policy, with_rendering
     from .policy.rollout import GREEDY, rollout
     from .webshop.catalog import default_catalog
 
     profile = get_profile()
     seed_everything(seed)
     if ref:
+        profile = with_rendering(profile, ref)
         model, tokenizer = load_policy(ref, device())
     else:
         demos = expert_demonstrations(profile, 100)
@@ -147,11 +148,12 @@ def bench_train(ref: str | None = None, batch: int = 32, repeats: int = 5, seed:
     from .apo.trainer import Trainer, load_models, peak_memory_mb
     from .apo.vstar import stage1, stage1_goals
     from .config import device, get_profile, with_overrides
-    from .policy.models import load_named_model
+    from .policy.models import load_named_model, with_rendering
 
     profile = with_overrides(get_profile(), [f"batch_goals={batch}", *OBJECTIVE_SETTINGS.get(objective, [])])
     if model_name == "tiny":
         ref = ref or reference_dir(profile)
+        profile = with_rendering(profile, ref)
         model, ref_model, tokenizer = load_models(ref)
     else:  # a pretrained model's long chats: the memory-lean update, a few chats per forward pass
         ref = model_name
