@@ -150,6 +150,27 @@ for action in ["click[< prev]", *[f"click[{v}]" for v in goal.options.values()],
 print(info["reward_breakdown"])
 
 # %% [markdown]
+# On WebShop's text item page an option click changes nothing visible: the page before and after the click reads the
+# same, and only the agent's memory of its actions says what is selected. `EnvConfig(show_selected_options=True)`
+# writes the selection beside each option's name instead (off by default, as in WebShop; notebook 04 measures what
+# it changes for a policy).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def options_part(page: str) -> list[str]:
+    return page.split(" [SEP] ")[4:-7]  # after "< Prev", before the title, price, rating and the buttons
+
+
+for config in (EnvConfig(), EnvConfig(show_selected_options=True)):
+    page_env = WebShopEnv(split="test", config=config)
+    page_env.reset(options={"goal_index": 2})
+    page_env.step("search[lightweight sleeveless summer dress]")
+    before, *_ = page_env.step(first)
+    after, *_ = page_env.step(f"click[{next(iter(goal.options.values()))}]")
+    print(f"show_selected_options={config.show_selected_options}: the page changed: {before != after}")
+    print("  before:", options_part(before), "\n  after: ", options_part(after))
+
+# %% [markdown]
 # ## 5. The reward, worked by hand
 #
 # $R = r_\text{type}\cdot(N_\text{attr} + N_\text{opt} + \mathbb 1[\text{price}\le\text{budget}]) / (|A| + |O| + 1)$.
