@@ -282,7 +282,7 @@ def _last_item_clicks(v: EpisodeView) -> list[str]:
     for observation, action, ok in zip(v.observations, v.actions, v.valid):
         if _item_page(observation) is None:
             if parse_results(observation) or observation.endswith(pages.SEP + "Search"):
-                clicks = []
+                clicks = []  # a results or search page: the next item starts with nothing selected
             continue
         if ok and option_click(action):
             clicks.append(action)
@@ -381,15 +381,8 @@ def bought_product(item, catalog: Catalog | None = None) -> Product | None:
 def _selected(v: EpisodeView, product: Product | None) -> list[str]:
     """Option values selected on the bought item's page when buying (clicked values when the product is unknown)."""
     chosen: dict[str, str] = {}
-    for observation, action, ok in zip(v.observations, v.actions, v.valid):
-        if _item_page(observation) is None:
-            if parse_results(observation) or observation.endswith(pages.SEP + "Search"):
-                chosen = {}  # a results or search page: the next item starts with nothing selected
-            continue
-        click = _CLICK.fullmatch(action)
-        if not ok or click is None or click.group(1) in _NOT_OPTIONS:
-            continue
-        value = click.group(1)
+    for action in _last_item_clicks(v):  # a later click on the same option replaces the earlier one
+        value = _CLICK.fullmatch(action).group(1)
         names = [n for n, vals in (product.options.items() if product else []) if value in map(normalize, vals)]
         chosen[names[0] if names else value] = value
     return list(chosen.values())
