@@ -187,7 +187,7 @@ class APOConfig:
     """Keep only goals whose N samples include both a success and a failure: RL then draws only goals whose outcome
     is still uncertain under pi_ref (StarPO-S's idea, applied once, from stage 1's samples)."""
     iterations: int = 120
-    """RAGEN outer-loop iterations: one batched rollout, then one optimizer step."""
+    """RAGEN outer-loop iterations: one batched rollout, then ``update_epochs`` optimizer steps."""
     batch_goals: int = 32
     """Goals per iteration, one rollout each (A*PO needs one sample per prompt)."""
     temperature: float = 1.0
@@ -200,6 +200,10 @@ class APOConfig:
     """Iterations of linear learning-rate warm-up."""
     grad_clip: float = 1.0
     """Gradient-norm clipping (paper: 1.0)."""
+    update_epochs: int = 1
+    """Optimizer steps on each iteration's batch (1: RAGEN's loop). More reuse the rollouts as PPO-style loops do:
+    each step re-scores the policy, while pi_ref's log-probs and the targets r - V* stay those of the batch (A*PO's
+    regression holds on any samples; the clipped objectives keep the first scoring as their old policy)."""
     entropy_coef: float = 0.0
     """Optional entropy bonus on the trained tokens."""
     logprob_tokens: str = "all"
@@ -289,12 +293,13 @@ PROFILES: dict[str, Profile] = {
                   pretrained=PretrainedConfig(episodes=1, demonstrations=2, sft_steps=2, batch_size=2,
                                               max_new_tokens=16, max_turns=2)),
     "class": Profile(name="class"),
-    # untested on a GPU so far: a pretrained model wants far smaller learning rates than the tiny one, no pretraining
+    # a pretrained model wants far smaller learning rates than the tiny one and no pretraining; run on an H100
+    # (data/results/gpu_run.json): imitation batches of 32 chats ran its 80 GB out of memory, 8 take a minute
     "gpu": Profile(name="gpu", model=ModelConfig(name="smollm2-135m", max_positions=8192),
                    policy=PolicyConfig(max_new_tokens=64, max_prompt_tokens=1024, batch_size=128),
-                   reference=ReferenceConfig(pretrain_steps=0, sft_steps=400, batch_size=32, lr=2e-5),
+                   reference=ReferenceConfig(pretrain_steps=0, sft_steps=400, batch_size=8, lr=2e-5),
                    apo=APOConfig(lr=2e-6, batch_goals=64, micro_batch=16, backward_per_micro_batch=True),
-                   pretrained=PretrainedConfig(episodes=200, demonstrations=600, sft_steps=400, batch_size=32,
+                   pretrained=PretrainedConfig(episodes=200, demonstrations=600, sft_steps=400, batch_size=8,
                                                lr=2e-5, max_new_tokens=64)),
 }
 

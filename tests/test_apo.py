@@ -637,3 +637,46 @@ def test_backward_per_micro_batch_gives_the_same_gradients(ref_dir, vstar, demos
     assert plain.keys() == lean.keys()
     for name in plain:
         torch.testing.assert_close(lean[name], plain[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def _fixed_batch(trainer, seed=11):
+    seed_everything(seed)
+    return trainer_module.rollout(trainer.model, trainer.tokenizer, trainer.draw_goals(),
+                                  trainer_module.Sampling(temperature=1.0), P.policy, P.policy_env())
+
+
+@pytest.mark.parametrize("objective", ["apo", "ppo"])
+def test_update_epochs_fit_one_batch_and_score_pi_ref_once(ref_dir, vstar, objective, monkeypatch):
+    """Several optimizer steps on one batch: pi_ref is scored once, the old policy's log-probs stay the first
+    scoring's, the returned inputs are the batch as sampled, and the steps fit it (the last loss is lower)."""
+    shifted = VStarTable(vstar.table.assign(vstar=vstar.table["vstar"] - 0.3), vstar.key)  # non-zero advantages
+    apo = dataclasses.replace(P.apo, batch_goals=4, lr=3e-5, warmup=1, update_epochs=4)
+    trainer = _trainer(ref_dir, shifted, objective=objective, profile=dataclasses.replace(P, apo=apo))
+    trajectories = _fixed_batch(trainer)
+    scored, calls = trainer_module.score_tokens, []
+
+    def counting(model, *args, **kwargs):
+        calls.append(model is trainer.ref_model)
+        return scored(model, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "score_tokens", counting)
+    olds = []
+    steps = trainer._step
+
+    def recording(inputs, *args):
+        olds.append(inputs.token_logp_old.clone())
+        return steps(inputs, *args)
+
+    trainer._step = recording
+    inputs, loss, stats, _ = trainer.update(trajectories)
+    assert calls.count(True) == 1 and calls.count(False) == 4  # pi_ref once, the policy before each step
+    assert len(olds) == 4 and all(torch.equal(old, olds[0]) for old in olds)
+    assert torch.allclose(inputs.token_logp.detach(), olds[0])  # the batch as sampled, not as fitted
+    assert stats["loss_last_epoch"] < loss.item()
+
+
+def test_one_update_epoch_is_the_default_loop(ref_dir, vstar):
+    """update_epochs=1 is RAGEN's loop: one step, no last-epoch loss in the history."""
+    trainer = _trainer(ref_dir, vstar)
+    row = trainer.iteration()
+    assert P.apo.update_epochs == 1 and "loss_last_epoch" not in row

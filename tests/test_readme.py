@@ -121,3 +121,20 @@ def test_bench_rollout_table_shows_the_prefill_bound(tmp_path):
         "prefill_seconds_median": {"batched": 1.1, "sequential": 1.0}, "speedup_bound_from_prefill": 5.0}))
     row = bench_rollout_table(tmp_path).splitlines()[2]
     assert row == "| 32 | m | cpu | 1,000 | 400 | 2.5x | 300 / 22 | 2.20 / 5.50 | 1.10 / 1.00 | 5.0x |"
+
+
+def test_gpu_table_reads_the_run_and_its_seeds(tmp_path):
+    from apo_helpers.analysis.readme import gpu_table
+
+    assert gpu_table(tmp_path) is None
+    ref = {"sft_batch": 8, "sft_steps": 400, "lr": 2e-5, "train_seconds": 61.1, "test_success_rate": 0.62,
+           "test_mean_score": 0.87, "test_mean_steps": 3.94}
+    (tmp_path / "gpu_run.json").write_text(json.dumps({"device": "GPU X (torch 9)", "model": "smollm2-135m",
+                                                       "pi_ref": ref}))
+    assert gpu_table(tmp_path) is None  # the seeds file is missing
+    pd.DataFrame([{"objective": "apo", "seed": s, "iterations": 20, "episodes": 1280, "test_success": v,
+                   "test_score": 0.8, "test_steps": 4.0, "train_seconds": 300.0} for s, v in [(0, 0.6), (1, 0.7)]]
+                 + [{"objective": "pi_ref", "test_success": 0.62}]).to_csv(tmp_path / "apo_gpu_seeds.csv", index=False)
+    lines = gpu_table(tmp_path).splitlines()
+    assert lines[2] == "| pi_ref (smollm2-135m, imitation) | GPU X | - | 62.0% | 0.870 | 3.94 | 400 steps x 8 chats, lr 2e-05 | 61 |"
+    assert lines[3] == "| apo | GPU X | 2 | 60.0%, 70.0% | 0.800 | 4.00 | 20 iterations x 64 episodes | 300 |"

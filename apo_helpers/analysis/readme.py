@@ -208,9 +208,31 @@ def ref_sweep_table(results: Path = RESULTS_DIR) -> str | None:
     return _markdown(table)
 
 
+def gpu_table(results: Path = RESULTS_DIR) -> str | None:
+    """The ``gpu`` profile's run on a GPU: SmolLM2's imitation pi_ref and A*PO from it (``gpu_run.json``, the
+    device and pi_ref's training; ``apo_gpu_seeds.csv``, the test rows)."""
+    run_path, seeds_path = results / "gpu_run.json", results / "apo_gpu_seeds.csv"
+    if not (run_path.exists() and seeds_path.exists()):
+        return None
+    run, df = json.loads(run_path.read_text()), pd.read_csv(seeds_path)
+    ref = run["pi_ref"]
+    rows = [{"policy": f"pi_ref ({run['model']}, imitation)", "device": run["device"].split(" (")[0],
+             "seeds": "-", "test success": f"{ref['test_success_rate']:.1%}", "test mean score": f"{ref['test_mean_score']:.3f}",
+             "mean steps": f"{ref['test_mean_steps']:.2f}",
+             "training": f"{ref['sft_steps']} steps x {ref['sft_batch']} chats, lr {ref['lr']:g}",
+             "training s": f"{ref['train_seconds']:.0f}"}]
+    for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
+        rows.append({"policy": objective, "device": run["device"].split(" (")[0], "seeds": len(runs),
+                     "test success": ", ".join(f"{v:.1%}" for v in runs["test_success"]),
+                     "test mean score": f"{runs['test_score'].mean():.3f}", "mean steps": f"{runs['test_steps'].mean():.2f}",
+                     "training": f"{int(runs['iterations'].iloc[0])} iterations x {int(runs['episodes'].iloc[0] // runs['iterations'].iloc[0])} episodes",
+                     "training s": f"{runs['train_seconds'].mean():.0f}"})
+    return _markdown(pd.DataFrame(rows))
+
+
 SECTIONS = {"baselines": baselines_table, "bench-env": bench_env_table, "pi-ref": pi_ref_table,
             "bench-rollout": bench_rollout_table, "trained": trained_table, "bench-train": bench_train_table,
-            "compare": compare_table, "pretrained": pretrained_table, "ref-sweep": ref_sweep_table}
+            "compare": compare_table, "pretrained": pretrained_table, "ref-sweep": ref_sweep_table, "gpu": gpu_table}
 
 
 def render_readme(text: str, results: Path = RESULTS_DIR) -> str:

@@ -5,7 +5,8 @@ Each iteration:
 1. Phase 1, rollouts: draw ``batch_goals`` train goals that have a V*, play ONE episode per goal with the current
    policy (one batched multi-turn rollout).
 2. Phase 2, update: score every trajectory's trained tokens under the policy (with gradients) and the frozen pi_ref,
-   build ``ObjectiveInputs``, take ONE optimizer step on the objective with gradient clipping. With
+   build ``ObjectiveInputs``, take ONE optimizer step on the objective with gradient clipping (``update_epochs``
+   steps on the same batch when set, as PPO-style loops reuse their rollouts). With
    ``backward_per_micro_batch`` (pretrained models) the scoring runs without gradients, the loss is differentiated
    with respect to the token log-probs, and each micro-batch then backpropagates its share: same gradients, the
    memory of one micro-batch.
@@ -164,13 +165,16 @@ def _autocast(dev):
 
 def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTable, profile: Profile,
                      with_entropy: bool = True, timings: dict | None = None, value_head=None,
-                     chats: tuple | None = None, split: SplitValues | None = None) -> ObjectiveInputs:
+                     chats: tuple | None = None, split: SplitValues | None = None,
+                     earlier: ObjectiveInputs | None = None) -> ObjectiveInputs:
     """Score a batch under the policy (differentiable) and pi_ref (no gradients) -> ``ObjectiveInputs``.
 
     ``timings``, when given, receives the seconds of the policy's and pi_ref's forward passes. With a
     ``value_head`` (PPO) the inputs also carry per-turn values, rewards and the turn of each token. ``chats`` is
     ``trained_sequences``' result when the caller already has it. ``split`` (``apo_split``) marks the tokens of the
-    turns from each trajectory's split on; it needs one chat per turn (``window=1``)."""
+    turns from each trajectory's split on; it needs one chat per turn (``window=1``). ``earlier``: the same batch's
+    inputs from its first scoring (a later update epoch): pi_ref is not scored again, and the old policy's log-probs
+    stay the first scoring's."""
     config = profile.apo
     start = time.perf_counter()
     sequences, masks, owner = chats or trained_sequences(trajectories, tokenizer, profile.policy.window,
@@ -183,9 +187,12 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
                                                            total_turns)
     rows = torch.tensor(owner, device=token_chat.device, dtype=torch.long)[token_chat]
     middle = time.perf_counter()
-    with torch.no_grad():
-        token_logp_ref, _, _, _ = score_tokens(ref_model, sequences, masks, chat_ids, tokenizer.pad_token_id,
-                                               config.micro_batch)
+    if earlier is not None:  # the same chats in the same order: pi_ref's scores do not change
+        token_logp_ref = earlier.token_logp_ref
+    else:
+        with torch.no_grad():
+            token_logp_ref, _, _, _ = score_tokens(ref_model, sequences, masks, chat_ids, tokenizer.pad_token_id,
+                                                   config.micro_batch)
     if timings is not None:
         timings.update(policy_forward_seconds=middle - start, ref_seconds=time.perf_counter() - middle)
     batch, dev = len(trajectories), token_logp.device
@@ -208,7 +215,8 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
         tokens=per_trajectory(torch.ones_like(token_logp)),
         group=torch.tensor([goal_ids.setdefault((t.goal.split, t.goal.index), len(goal_ids)) for t in trajectories],
                            device=dev),
-        token_logp=token_logp, token_logp_ref=token_logp_ref, token_logp_old=token_logp.detach(),
+        token_logp=token_logp, token_logp_ref=token_logp_ref,
+        token_logp_old=earlier.token_logp_old if earlier is not None else token_logp.detach(),
         token_row=rows, entropy=entropy, **extra)
 
 
@@ -301,22 +309,40 @@ class Trainer:
         return items[self.rank * size: (self.rank + 1) * size] if self.world > 1 else items
 
     def update(self, trajectories: list[Trajectory], timings: dict | None = None, split: SplitValues | None = None):
-        """Phase 2 on this process's trajectories: score them, one optimizer step on the objective, gradients
-        averaged over processes and clipped. Returns ``(inputs, loss averaged over processes, stats, grad norm)``.
+        """Phase 2 on this process's trajectories: score them, ``update_epochs`` optimizer steps on the objective
+        (one by default), gradients averaged over processes and clipped. Returns the first step's ``(inputs, loss
+        averaged over processes, stats, grad norm)``: the batch as sampled; with several epochs ``stats`` also holds
+        the last step's loss (``loss_last_epoch``), how far the steps fitted the batch.
         ``split``: ``apo_split``'s V* at each trajectory's first item page (computed here when missing)."""
         config = self.config
         self.model.train()
         if self.objective_name == "apo_split" and split is None:
             split = split_values(self.ref_model, self.tokenizer, trajectories, self.profile)
         chats = trained_sequences(trajectories, self.tokenizer, self.profile.policy.window, config.logprob_tokens)
-        with torch.no_grad() if config.backward_per_micro_batch else contextlib.nullcontext():
-            inputs = objective_inputs(self.model, self.ref_model, trajectories, self.tokenizer, self.vstar,
-                                      self.profile, timings=timings, value_head=self.value_head, chats=chats,
-                                      split=split)
-        update_start = time.perf_counter()
         lr = config.lr * min(1.0, (self.state.iteration + 1) / max(1, config.warmup))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        first = None
+        for epoch in range(max(1, config.update_epochs)):
+            with torch.no_grad() if config.backward_per_micro_batch else contextlib.nullcontext():
+                inputs = objective_inputs(self.model, self.ref_model, trajectories, self.tokenizer, self.vstar,
+                                          self.profile, timings=timings if epoch == 0 else None,
+                                          value_head=self.value_head, chats=chats, split=split, earlier=first)
+            if epoch == 0:
+                update_start = time.perf_counter()
+            loss, stats, grad_norm = self._step(inputs, trajectories, chats)
+            if first is None:
+                first, first_loss, first_stats, first_grad_norm = inputs, loss, stats, grad_norm
+        if config.update_epochs > 1:
+            first_stats = {**first_stats, "loss_last_epoch": float(loss)}
+        self.model.eval()
+        if timings is not None:
+            timings["update_seconds"] = time.perf_counter() - update_start
+        return first, first_loss, first_stats, first_grad_norm
+
+    def _step(self, inputs, trajectories, chats):
+        """One optimizer step on the objective at ``inputs``: ``(loss averaged over processes, stats, grad norm)``."""
+        config = self.config
         self.optimizer.zero_grad(set_to_none=True)
         if config.backward_per_micro_batch:
             inputs, leaves = _as_leaves(inputs)
@@ -331,10 +357,7 @@ class Trainer:
         self._average_gradients(parameters)
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip)
         self.optimizer.step()
-        self.model.eval()
-        if timings is not None:
-            timings["update_seconds"] = time.perf_counter() - update_start
-        return inputs, self._mean_over_processes(loss.detach()), stats, grad_norm
+        return self._mean_over_processes(loss.detach()), stats, grad_norm
 
     def _backward_by_micro_batch(self, trajectories, chats, grad_logp, grad_entropy, grad_values) -> None:
         """The chain rule one micro-batch at a time: re-run each micro-batch's forward pass with gradients and
