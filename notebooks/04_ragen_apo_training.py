@@ -41,7 +41,7 @@ from IPython.display import HTML, display
 from apo_helpers.config import get_profile, seed_everything, device, RESULTS_DIR, RUNS_DIR
 from apo_helpers.apo.losses import apo_loss, ObjectiveInputs
 from apo_helpers.apo.sft import load_or_train_reference, reference_dir
-from apo_helpers.apo.trainer import Trainer, load_models, objective_inputs
+from apo_helpers.apo.trainer import Trainer, fit_one_batch, load_models, objective_inputs
 from apo_helpers.apo.vstar import stage1
 from apo_helpers.policy.rollout import rollout, Sampling
 from apo_helpers.analysis.evaluate import evaluate_policy, summary_table
@@ -112,6 +112,38 @@ grad_logp = 2 * profile.apo.beta2 * (profile.apo.beta2 * (inputs.logp - inputs.l
 print("d loss / d log π per trajectory:", grad_logp.detach().numpy().round(4))
 
 # %% [markdown]
+# ### Can one update fit this batch?
+#
+# A first check for any training loop: take one batch and see whether a few optimizer steps on it bring its loss
+# down. `fit_one_batch` samples one batch of `batch_goals` π_ref episodes; for each learning rate a fresh copy of
+# π_ref takes 8 steps on that same batch. The loop itself takes one step per batch; `update_epochs` (an
+# `APOConfig` field) lets it take several, as PPO-style loops reuse their rollouts.
+
+# %%
+fit = fit_one_batch(ref_dir, vstar, profile, lrs=(3e-4, 1e-4, 3e-5), steps=8)
+fig, axes = plt.subplots(1, 2, figsize=(11, 3))
+for lr, part in fit.groupby("lr"):
+    axes[0].plot(part["step"], part["loss"], "o-", label=f"lr {lr:g}")
+    axes[1].plot(part["step"], part["log_ratio_abs"], "o-", label=f"lr {lr:g}")
+axes[0].set_title("A*PO loss on the batch"); axes[0].set_yscale("log")
+axes[1].set_title("|log π/π_ref| per trajectory")
+for ax in axes:
+    ax.set_xlabel("optimizer steps on the same batch"); ax.legend(fontsize=8)
+plots.save(fig, "04_fit_one_batch")
+plt.show()
+for lr, part in fit.groupby("lr", sort=False):
+    loss = part.set_index("step")["loss"]
+    print(f"lr {lr:g}: loss {loss[0]:.4f} -> {loss[1]:.4f} after one step ({'rose' if loss[1] > loss[0] else 'fell'}),"
+          f" {loss.iloc[-1]:.4f} after {loss.index[-1]}")
+
+# %% [markdown]
+# **What this says.** Adam moves every weight by about the learning rate on its first steps, whatever the gradient's
+# size, and a trajectory's log-probability is a sum over a hundred or more tokens, so even one step shifts
+# log π(y|x) by nats. The regression's targets are (r − V*)/β₂ (with |r − V*| around 0.3 and β₂ = 0.1: about 3
+# nats). A learning rate whose first step raises the loss has overshot them; a smaller one fits the batch step by
+# step. Fitting one batch is necessary, not sufficient: the next iteration brings new samples, and what counts is
+# whether they score higher (section 4's runs).
+#
 # ## 3. A short live run
 #
 # The full runs take longer than a notebook may on a 2-core CPU (section 4 loads them). Here a short run shows the
@@ -238,7 +270,7 @@ if history_path.exists() and seeds_path.exists():
 #   lack of CPU time; none showed a clear trend there. Their logs are not committed.
 # - *Next levers*: more episodes per update (the gradient of one sample per goal is noisy), a larger learning rate
 #   on the action tokens only (exercise 3), goals whose samples disagree (StarPO-S's filter), a shorter think, and
-#   the `gpu` profile's pretrained model, which starts from a far better language model.
+#   the `gpu` profile's pretrained model, which starts from a far better language model (section 6).
 # - *What imitation already taught.* π_ref copied an expert that does everything the reward pays for; what it
 #   still gets wrong (notebook 06: budgets, attributes, options) the expert never showed it either way, and one
 #   sampled episode per goal rarely shows it. Section 5 gives RL something the demonstrations left out.
@@ -538,10 +570,64 @@ else:
 # the probe's probability of clicking a requested value is about the same for π_ref and the three seeds, and the
 # sampled training reward barely moves over the run. So the page was one thing holding the purchases back, but not
 # what holds RL back: with 60 iterations of 32 episodes from a 1M-parameter π_ref, regressing onto r − V* does not
-# raise the reward of the policy's own samples, whichever way the pages are rendered. What is left untried: a
-# pretrained model (`gpu` profile) whose samples start from a better policy, and budgets far beyond a 2-core CPU's.
+# raise the reward of the policy's own samples, whichever way the pages are rendered. Section 6 tries a pretrained
+# model on a GPU.
 #
-# ## 6. β₂: how far the policy may move from π_ref
+# ## 6. A pretrained π_ref on a GPU
+#
+# The `gpu` profile swaps the tiny Llama for SmolLM2-135M-Instruct, a real pretrained LLM, and ran once on an H100
+# lent to this project for 30 minutes: `train-ref --profile gpu` (imitation of the same expert) and then
+# `train --profile gpu --iterations 20 --set vstar_goals=128 eval_every=10 eval_episodes=64 checkpoint_every=100
+# lr=1e-5` (a budget cut to fit the lease). Its files are committed: `gpu_run.json` (device, π_ref's training,
+# V*'s statistics) and `apo_gpu_{seeds,history,evals}.csv`. This notebook only reads them; no GPU is needed here.
+
+# %%
+gpu_run_path = RESULTS_DIR / "gpu_run.json"
+if gpu_run_path.exists() and seeds_path.exists():
+    gpu_run = json.loads(gpu_run_path.read_text())
+    gpu_seeds = pd.read_csv(RESULTS_DIR / "apo_gpu_seeds.csv")
+    gpu_history = pd.read_csv(RESULTS_DIR / "apo_gpu_history.csv")
+    gpu_ref, gpu_apo = gpu_seeds[gpu_seeds["objective"] == "pi_ref"].iloc[0], gpu_seeds[gpu_seeds["objective"] == "apo"]
+    print(f"{gpu_run['device']}; π_ref imitation: {gpu_run['pi_ref']['sft_steps']} steps in "
+          f"{gpu_run['pi_ref']['train_seconds']:.0f} s")
+    first = curves[curves["iteration"] <= len(gpu_history)]  # the tiny model's runs over the same iterations
+    explore = pd.DataFrame({
+        "π_ref greedy test success": [ref_row["test_success"], gpu_ref["test_success"]],
+        "A*PO greedy test success": [runs["test_success"].mean(), gpu_apo["test_success"].mean()],
+        "sampled success (training goals)": [first["success"].mean(), gpu_history["success"].mean()],
+        "entropy per token (nats)": [first["entropy"].mean(), gpu_history["entropy"].mean()],
+        "|log π/π_ref| per trajectory": [first["log_ratio_abs"].mean(), gpu_history["log_ratio_abs"].mean()],
+        "iteration seconds (median)": [first["seconds"].median(), gpu_history["seconds"].median()]},
+        index=[f"tiny Llama, class profile, CPU (first {len(gpu_history)} iterations)",
+               f"SmolLM2-135M, gpu profile, {gpu_run['device'].split(' (')[0]}"]).T
+    display(explore.round(3))
+    v = gpu_run["vstar"]
+    mixed = v["goals"] - v["goals_all_8_succeed"] - v["goals_none_succeed"]
+    print(f"stage 1 on the GPU: {mixed} of {v['goals']} goals have {v['N']} samples with both a success and a "
+          f"failure; mean V* {v['vstar_mean']:.3f} against a mean sampled reward of {v['sample_mean']:.3f}")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3))
+    for ax, column in zip(axes, ["success", "entropy"]):
+        plots.seed_band(ax, first, column, label="tiny Llama (3 seeds)")
+        ax.plot(gpu_history["iteration"], gpu_history[column], "o-", label="SmolLM2-135M (1 seed)")
+        ax.set_xlabel("iteration"); ax.legend(fontsize=8)
+    axes[0].set_title("sampled success (training episodes)"); axes[1].set_title("entropy per token (nats)")
+    axes[1].set_yscale("log")
+    plots.save(fig, "04_gpu_run")
+    plt.show()
+else:
+    print("no committed GPU run: see the README's section on the gpu profile")
+
+# %% [markdown]
+# **What this says.** Imitation makes the pretrained model a much better π_ref than the tiny one, in a minute of
+# GPU time: pretraining is worth more here than anything RL did to the tiny model. A*PO's 20 iterations left it
+# where it was. Look at the entropy: the imitated SmolLM2 is far more certain of each token than the tiny π_ref, so
+# its samples at temperature 1.0 mostly replay what greedy decoding does, and the sampled success sits close to
+# the greedy one. Stage 1 still found goals whose 8 samples disagree (`gpu_run.json`: V*'s statistics), so the
+# signal is not zero; this run was simply far shorter than the tiny model's and at a small learning rate. What a
+# longer lease would try first: the full 120 iterations, larger learning rates (a second run at 5e-5 was cut off
+# by the end of the lease), several seeds.
+#
+# ## 7. β₂: how far the policy may move from π_ref
 #
 # The paper's β₂ = 1e-3 was set for single-turn math with ~1k-token answers. Here a trajectory has a few hundred
 # assistant tokens and rewards in [−1, 1]; the regression's optimum sets log π/π_ref = (r − V*)/β₂, so β₂ bounds
@@ -567,7 +653,7 @@ else:
     print("no committed sweep yet: python -m apo_helpers sweep --name beta2 --values 0.01 0.1 1.0 --save")
 
 # %% [markdown]
-# ## 7. Before and after, on the same goals
+# ## 8. Before and after, on the same goals
 #
 # The viewer shows π_ref's and the trained policy's greedy episodes on the same test goals. The trained policy is
 # seed 0 of the committed runs when its folder is on this machine, else the live run's policy.
@@ -597,7 +683,7 @@ EpisodeViewer([after[i] for i in changed] or after[:10], title=f"{label}: goals 
 HTML(episodes_html([x for i in changed[:2] for x in (before[i], after[i])], max_episodes=4))
 
 # %% [markdown]
-# ## 8. Exercises
+# ## 9. Exercises
 #
 # 1. **The optimum.** For one trajectory with log π_ref = −20, r = 1 and V* = 0.6, which log π makes the loss zero
 #    with β₂ = 0.1? Put it in `my_logp` and check it below.

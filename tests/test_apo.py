@@ -680,3 +680,14 @@ def test_one_update_epoch_is_the_default_loop(ref_dir, vstar):
     trainer = _trainer(ref_dir, vstar)
     row = trainer.iteration()
     assert P.apo.update_epochs == 1 and "loss_last_epoch" not in row
+
+
+def test_fit_one_batch_starts_at_pi_ref_and_fits_at_a_small_step(ref_dir, vstar):
+    shifted = VStarTable(vstar.table.assign(vstar=vstar.table["vstar"] - 0.3), vstar.key)  # non-zero advantages
+    table = trainer_module.fit_one_batch(ref_dir, shifted, P, lrs=(3e-3, 3e-5), steps=4)
+    assert table.groupby("lr").size().tolist() == [5, 5]
+    start = table[table["step"] == 0]
+    assert start["loss"].nunique() == 1 and (start["log_ratio_abs"] < 1e-5).all()  # one batch, pi = pi_ref
+    small = table[table["lr"] == 3e-5].set_index("step")
+    assert small.loc[4, "loss"] < small.loc[0, "loss"]
+    assert (table[table["step"] > 0]["log_ratio_abs"] > 0).all()

@@ -589,6 +589,37 @@ def load_models(ref_dir, dev: str | None = None):
     return model, ref_model, tokenizer
 
 
+def fit_one_batch(ref_dir, vstar: VStarTable, profile: Profile, lrs=(3e-4, 1e-4, 3e-5), steps: int = 8,
+                  seed: int = 0) -> pd.DataFrame:
+    """Can the update fit one batch? (notebook 04) One batch of ``batch_goals`` pi_ref episodes, then, for each
+    learning rate, a fresh copy of pi_ref takes ``steps`` optimizer steps on that same batch (no warm-up). One row
+    per learning rate and step: the objective's loss on the batch and the mean |log pi/pi_ref| per trajectory
+    before that step (step 0: pi = pi_ref) and after the last. A learning rate whose loss rises has overshot:
+    the step moved the trajectories' summed log-probs further than the targets (r - V*) / beta2 ask."""
+    from ..policy.models import load_policy
+
+    _, ref_model, tokenizer = load_models(ref_dir)
+    seed_everything(seed)
+    goals = random.Random(seed).sample(vstar.goals(), min(profile.apo.batch_goals, len(vstar.table)))
+    trajectories = rollout(ref_model, tokenizer, goals, Sampling(temperature=profile.apo.temperature), profile.policy,
+                           profile.policy_env())
+    rows = []
+    for lr in lrs:
+        config = dataclasses.replace(profile.apo, lr=lr, warmup=1, update_epochs=1)
+        model, _ = load_policy(ref_dir, str(_device_of(ref_model)))
+        trainer = Trainer(model, ref_model, tokenizer, vstar, dataclasses.replace(profile, apo=config), seed=seed)
+        for step in range(steps + 1):
+            if step < steps:
+                inputs, loss, _, _ = trainer.update(trajectories)
+            else:  # after the last step: score only
+                with torch.no_grad():
+                    inputs = objective_inputs(model, ref_model, trajectories, tokenizer, vstar, trainer.profile)
+                    loss, _ = trainer.objective(inputs, config)
+            rows.append({"lr": lr, "step": step, "loss": float(loss),
+                         "log_ratio_abs": float((inputs.logp - inputs.logp_ref).detach().abs().mean())})
+    return pd.DataFrame(rows)
+
+
 # ------------------------------------------------------------------------------------------------ whole runs
 
 def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, objective: str = "apo",
