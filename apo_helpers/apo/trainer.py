@@ -598,7 +598,8 @@ def fit_one_batch(ref_dir, vstar: VStarTable, profile: Profile, lrs=(3e-4, 1e-4,
     the step moved the trajectories' summed log-probs further than the targets (r - V*) / beta2 ask."""
     from ..policy.models import load_policy
 
-    _, ref_model, tokenizer = load_models(ref_dir)
+    ref_model, tokenizer = load_policy(ref_dir, default_device())
+    ref_model.eval().requires_grad_(False)
     seed_everything(seed)
     goals = random.Random(seed).sample(vstar.goals(), min(profile.apo.batch_goals, len(vstar.table)))
     trajectories = rollout(ref_model, tokenizer, goals, Sampling(temperature=profile.apo.temperature), profile.policy,
