@@ -215,14 +215,14 @@ def gpu_table(results: Path = RESULTS_DIR) -> str | None:
     if not (run_path.exists() and seeds_path.exists()):
         return None
     run, df = json.loads(run_path.read_text()), pd.read_csv(seeds_path)
-    ref = run["pi_ref"]
-    rows = [{"policy": f"pi_ref ({run['model']}, imitation)", "device": run["device"].split(" (")[0],
+    ref, device = run["pi_ref"], run["device"].split(" (")[0]  # the card's name, without the versions
+    rows = [{"policy": f"pi_ref ({run['model']}, imitation)", "device": device,
              "seeds": "-", "test success": f"{ref['test_success_rate']:.1%}", "test mean score": f"{ref['test_mean_score']:.3f}",
              "mean steps": f"{ref['test_mean_steps']:.2f}",
              "training": f"{ref['sft_steps']} steps x {ref['sft_batch']} chats, lr {ref['lr']:g}",
              "training s": f"{ref['train_seconds']:.0f}"}]
     for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
-        rows.append({"policy": objective, "device": run["device"].split(" (")[0], "seeds": len(runs),
+        rows.append({"policy": objective, "device": device, "seeds": len(runs),
                      "test success": ", ".join(f"{v:.1%}" for v in runs["test_success"]),
                      "test mean score": f"{runs['test_score'].mean():.3f}", "mean steps": f"{runs['test_steps'].mean():.2f}",
                      "training": f"{int(runs['iterations'].iloc[0])} iterations x {int(runs['episodes'].iloc[0] // runs['iterations'].iloc[0])} episodes",
