@@ -41,22 +41,42 @@ def cmd_play(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    """Greedy success, score and steps of an agent on a split; for a saved policy optionally pass@k and the success
+    of single sampled episodes (temperature 1.0), and with ``--save`` one row of data/results/evaluations_<profile>.csv."""
     from pathlib import Path
 
-    from .analysis.evaluate import evaluate, evaluate_policy
+    from .analysis.evaluate import evaluate, evaluate_policy, pass_at_k
     from .webshop.agents import AGENTS, make_agent
 
+    policy = args.agent not in AGENTS
+    if policy and not Path(args.agent).is_dir():
+        raise ValueError(f"--agent {args.agent!r} is neither a scripted agent ({', '.join(AGENTS)}) nor a folder")
+    if args.pass_k is not None and (not policy or args.pass_k < 1):
+        raise ValueError("--pass-k samples a saved policy folder, with k >= 1 (scripted agents have no temperature)")
+    profile = get_profile(args.profile)
     seed_everything(args.seed)
-    if args.agent not in AGENTS and Path(args.agent).is_dir():
+    if policy:
         from .policy.models import load_policy, with_rendering
 
         model, tokenizer = load_policy(args.agent, device())
-        result, _ = evaluate_policy(model, tokenizer, args.split, args.episodes,
-                                    with_rendering(get_profile(args.profile), args.agent),
-                                    name=args.agent, progress=not args.json)
+        profile = with_rendering(profile, args.agent)
+        result, _ = evaluate_policy(model, tokenizer, args.split, args.episodes, profile, name=args.agent,
+                                    progress=not args.json)
     else:
         result = evaluate(make_agent(args.agent, args.seed), args.split, args.episodes, progress=not args.json)
-    summary = {"agent": args.agent, "split": args.split, **result.summary()}
+    summary = {"agent": args.name or args.agent, "split": args.split, **result.summary()}
+    if args.pass_k is not None:
+        sampled = pass_at_k(model, tokenizer, args.split, summary["episodes"], args.pass_k, profile,
+                            progress=not args.json)
+        summary.update(k=args.pass_k, pass_at_k=sampled["pass_at_k"], sample_success=sampled["sample_success"])
+    if args.save:
+        from .files import merge_csv_rows
+
+        low, high = summary["success_ci95"]
+        row = {**{key: value for key, value in summary.items() if key != "success_ci95"},
+               "ci95_low": low, "ci95_high": high}
+        row.setdefault("k", 0)
+        merge_csv_rows(RESULTS_DIR / f"evaluations_{profile.name}.csv", [row], ["agent", "split", "k"])
     if args.json:
         print(json.dumps(summary))
     else:
@@ -406,6 +426,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", choices=["train", "val", "test"])
     p.add_argument("--episodes", type=int, default=None, help="first N goals of the split (default: all)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--pass-k", type=int, default=None, metavar="K",
+                   help="a saved policy only: also sample K episodes per goal (temperature 1.0): pass@K and the "
+                        "success of one sampled episode")
+    p.add_argument("--name", default=None, help="the agent's name in the output (default: --agent)")
+    p.add_argument("--save", action="store_true",
+                   help="add the result to data/results/evaluations_<profile>.csv (replacing the same agent, split, k)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_evaluate)
 

@@ -25,7 +25,8 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def merge_csv_rows(path: Path, rows: list[dict], keys: list[str]) -> None:
-    """Add ``rows`` to the CSV table at ``path``, replacing rows that agree on every column in ``keys``.
+    """Add ``rows`` to the CSV table at ``path``, replacing rows that agree on every column in ``keys``, sorted by
+    the keys (numbers by value, before text).
 
     The read-merge-write runs under an exclusive lock on ``<path>.lock``, so processes that each add their rows
     (a sweep split over several processes) never lose one another's; the write itself is atomic."""
@@ -42,9 +43,17 @@ def merge_csv_rows(path: Path, rows: list[dict], keys: list[str]) -> None:
         kept = [r for r in old if tuple(r[k] for k in keys) not in new_keys]
         columns = list(dict.fromkeys([c for r in kept + rows for c in r]))
         merged = sorted(kept + [{c: str(v) for c, v in r.items()} for r in rows],
-                        key=lambda r: tuple(float(r[k]) for k in keys))
+                        key=lambda r: tuple(_order(r[k]) for k in keys))
         out = io.StringIO()
         writer = csv.DictWriter(out, columns, restval="", lineterminator="\n")  # quotes values with commas
         writer.writeheader()
         writer.writerows(merged)
         atomic_write_text(path, out.getvalue())
+
+
+def _order(value: str) -> tuple:
+    """Sort key of one CSV cell: numbers by value (300 after 1200 would be wrong as text), then text."""
+    try:
+        return (0, float(value), "")
+    except ValueError:
+        return (1, 0.0, value)

@@ -158,3 +158,34 @@ def test_evaluation_is_labelled_with_the_split_it_played(small_catalog):
     evaluation = evaluate(OracleAgent(), env=env, episodes=2, progress=False)  # split argument left at "test"
     assert evaluation.split == "val"
     assert evaluation.episodes[0].instruction == small_catalog.split("val")[0].instruction
+
+
+def test_cli_samples_a_policy_and_saves_one_row_per_agent_split_and_k(ci_ref_dir, tmp_path, monkeypatch, capsys):
+    import json
+
+    import pandas as pd
+
+    import apo_helpers.__main__ as cli
+
+    monkeypatch.setattr(cli, "RESULTS_DIR", tmp_path)
+    base = ["evaluate", "--agent", str(ci_ref_dir), "--profile", "ci", "--split", "val", "--episodes", "6",
+            "--name", "pi_ref", "--save", "--json"]
+    assert cli.main(base + ["--pass-k", "3"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["k"] == 3 and first["episodes"] == 6
+    assert 0 <= first["sample_success"] <= first["pass_at_k"] <= 1  # one sample can only do worse than the best of 3
+    assert cli.main(base + ["--pass-k", "3"]) == 0  # the same agent, split and k again: replaced, not appended
+    assert json.loads(capsys.readouterr().out) == first  # seeded: the same numbers
+    assert cli.main(base) == 0  # greedy only: its own row (k = 0)
+    table = pd.read_csv(tmp_path / "evaluations_ci.csv")
+    assert sorted(table["k"]) == [0, 3] and set(table["agent"]) == {"pi_ref"}
+    assert table.loc[table["k"] == 3, "success_rate"].item() == first["success_rate"]
+
+
+def test_cli_refuses_to_sample_a_scripted_agent(capsys):
+    from apo_helpers.__main__ import main
+
+    assert main(["evaluate", "--agent", "rule", "--split", "val", "--episodes", "2", "--pass-k", "4"]) != 0
+    assert "--pass-k samples a saved policy" in capsys.readouterr().err
+    assert main(["evaluate", "--agent", "no/such/folder"]) != 0
+    assert "neither a scripted agent" in capsys.readouterr().err

@@ -27,6 +27,15 @@ def test_merge_keeps_columns_of_older_rows(tmp_path):
     assert read(path) == [{"n": "1", "a": "1", "b": ""}, {"n": "2", "a": "", "b": "2"}]
 
 
+def test_merge_sorts_text_keys_after_numbers(tmp_path):
+    path = tmp_path / "t.csv"
+    merge_csv_rows(path, [{"agent": "pi_ref", "k": 8}, {"agent": "apo seed 0", "k": 8}], ["agent", "k"])
+    merge_csv_rows(path, [{"agent": "10", "k": 8}, {"agent": "9", "k": 8}, {"agent": "apo seed 0", "k": 4}],
+                   ["agent", "k"])
+    assert [(r["agent"], r["k"]) for r in read(path)] == [("9", "8"), ("10", "8"), ("apo seed 0", "4"),
+                                                        ("apo seed 0", "8"), ("pi_ref", "8")]
+
+
 def _add(path, start):
     for n in range(start, start + 20):
         merge_csv_rows(path, [{"n": n, "who": start}], ["n"])
