@@ -180,7 +180,7 @@ def cmd_vstar(args) -> int:
     from .apo.vstar import stage1
     from .policy.models import load_policy, with_rendering
 
-    profile = get_profile(args.profile)
+    profile = with_overrides(get_profile(args.profile), args.set)
     ref = _reference_arg(args, profile)
     profile = with_rendering(profile, ref)
     ref_model, tokenizer = load_policy(ref, device())
@@ -472,6 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ref", default=None, help="pi_ref folder (default: runs/pi_ref_<profile>)")
     p.add_argument("--profile", default=None, help="ci | class | gpu (default: $APO_PROFILE or class)")
     p.add_argument("--out", default="runs/vstar", help="cache folder; the table goes to <out>/<key>/")
+    p.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE",
+                   help="override APOConfig fields, e.g. --set vstar_goals=1200 (as `train --set` must then too)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_vstar)
 

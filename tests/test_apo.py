@@ -463,6 +463,12 @@ def test_cli_vstar_then_train(ref_dir, tmp_path, capsys):
     assert (tmp_path / "run" / "seed_0" / "policy" / "model.safetensors").exists()
     metrics = json.loads((tmp_path / "run" / "seed_0" / "metrics.json").read_text())
     assert metrics["vstar_key"] == summary["key"]
+    # --set changes stage 1's goals (another cache key), as `train --set` would look it up
+    capsys.readouterr()
+    assert main(["vstar", "--profile", "ci", "--ref", str(ref_dir), "--out", str(tmp_path / "vs"), "--set",
+                 "vstar_goals=6", "--json"]) == 0
+    six = json.loads(capsys.readouterr().out)
+    assert six["goals"] == 6 and six["key"] != summary["key"] and not six["loaded_from_cache"]
     assert metrics["ref"] == ref_dir.name and "test_option_clicked" in metrics and "test_options_right" in results
 
 
