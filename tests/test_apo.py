@@ -462,7 +462,7 @@ def test_cli_vstar_then_train(ref_dir, tmp_path, capsys):
     assert results["iterations"].tolist() == [1, 0]
     assert (tmp_path / "run" / "seed_0" / "policy" / "model.safetensors").exists()
     metrics = json.loads((tmp_path / "run" / "seed_0" / "metrics.json").read_text())
-    assert metrics["vstar_key"] == summary["key"]
+    assert metrics["vstar_key"] == summary["key"] and metrics["vstar_goals"] == summary["goals"]
     # --set changes stage 1's goals (another cache key), as `train --set` would look it up
     capsys.readouterr()
     assert main(["vstar", "--profile", "ci", "--ref", str(ref_dir), "--out", str(tmp_path / "vs"), "--set",

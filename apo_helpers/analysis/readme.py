@@ -92,13 +92,15 @@ def bench_rollout_table(results: Path = RESULTS_DIR) -> str | None:
 def trained_table(results: Path = RESULTS_DIR) -> str | None:
     """Per pi_ref (the ``*_class_seeds.csv`` files grouped by their demonstrations and item pages): pi_ref's row
     once, then one row per trained objective of any of its files (mean and spread over seeds); the demonstrations
-    column tells the pi_refs apart."""
+    column tells the pi_refs apart, the table column the runs of one objective (``train --name``)."""
     paths = sorted(results.glob("*_class_seeds.csv"))
     if not paths:
         return None
     groups: dict[str, list[pd.DataFrame]] = {}
+    stems = {}  # which data/results/<table>_class_seeds.csv a row comes from: runs of one objective differ by it
     for path in paths:
         df = pd.read_csv(path)
+        stems[id(df)] = path.name.removesuffix("_class_seeds.csv")
         share = df["demo_skip_options"].dropna() if "demo_skip_options" in df else pd.Series(dtype=float)
         demos = (f"options ignored in {share.iloc[0]:.0%}" if len(share) and share.iloc[0] > 0 else "full expert")
         marked = df["show_selected_options"].dropna() if "show_selected_options" in df else pd.Series(dtype=bool)
@@ -111,7 +113,7 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
         rows.append({"policy": "pi_ref (start)", "demonstrations": demos, "seeds": "-",
                      "test success (mean ± std over seeds)": f"{ref['test_success']:.1%}", "per seed": "-",
                      "test mean score": f"{ref['test_score']:.3f}", "mean steps": f"{ref['test_steps']:.2f}",
-                     "iterations": 0, "training minutes per seed (CPU)": "-"})
+                     "iterations": 0, "training minutes per seed (CPU)": "-", "table": "-"})
         for df in frames:
             for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
                 rows.append({"policy": objective, "demonstrations": demos, "seeds": len(runs),
@@ -121,7 +123,8 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
                              "test mean score": f"{runs['test_score'].mean():.3f}",
                              "mean steps": f"{runs['test_steps'].mean():.2f}",
                              "iterations": int(runs["iterations"].iloc[0]),
-                             "training minutes per seed (CPU)": f"{runs['train_seconds'].mean() / 60:.1f}"})
+                             "training minutes per seed (CPU)": f"{runs['train_seconds'].mean() / 60:.1f}",
+                             "table": stems[id(df)]})
     return _markdown(pd.DataFrame(rows))
 
 

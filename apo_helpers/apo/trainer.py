@@ -654,6 +654,7 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
                "wall_seconds_this_call": round(time.perf_counter() - start, 1),
                "episodes": int(state.iteration * profile.apo.batch_goals),
                "generated_tokens": int(state.history["generated_tokens"].sum()), "vstar_key": vstar.key,
+               "vstar_goals": len(vstar.table),
                "vstar_seconds": vstar.seconds, "peak_memory_mb": trainer.peak_memory_mb(), "device": str(_device_of(model)),
                "processes": accelerator.num_processes}
     if accelerator.is_main_process:
