@@ -196,6 +196,30 @@ def cmd_vstar(args) -> int:
     return 0
 
 
+def cmd_headroom(args) -> int:
+    """One changed click in each greedy episode of a policy: how many failed goals it would fix, and whether A*PO's
+    target policy pi* ~ pi_ref exp(r / beta2) makes that change (analysis.headroom)."""
+    from .analysis.evaluate import policy_goals
+    from .analysis.headroom import headroom_summary, one_step_alternatives, target_choices
+    from .apo.vstar import stage1_goals
+    from .policy.models import load_policy, with_rendering
+
+    profile = get_profile(args.profile)
+    ref = _reference_arg(args, profile)
+    profile = with_rendering(profile, ref)
+    goals = stage1_goals(profile)[: args.goals] if args.split == "train" else policy_goals(args.split, args.goals)
+    model, tokenizer = load_policy(ref, device())
+    table = one_step_alternatives(model, tokenizer, goals, profile, progress=not args.json)
+    summary = headroom_summary(target_choices(table))
+    print(summary.round(3).to_json(orient="index") if args.json else summary.round(3).to_string())
+    if args.save:
+        suffix = f"_{args.name}" if args.name else ""
+        path = RESULTS_DIR / f"headroom{suffix}_{profile.name}.csv"
+        atomic_write_text(path, table.to_csv(index=False))
+        print(f"saved {path}")
+    return 0
+
+
 def cmd_decisions(args) -> int:
     """The item-page decision of several policies at the same item pages (those one policy reaches greedily), and
     each policy's greedy episodes by the number of options their goals ask for."""
@@ -476,6 +500,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override APOConfig fields, e.g. --set vstar_goals=1200 (as `train --set` must then too)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_vstar)
+
+    p = sub.add_parser("headroom", help="one changed click per greedy episode: failures it fixes, and whether "
+                       "A*PO's target makes the change")
+    p.add_argument("--ref", default=None, help="the policy (default: runs/pi_ref_<profile>)")
+    p.add_argument("--split", default="train", choices=["train", "val", "test"],
+                   help="train: stage 1's goals (those RL trains on); val / test: the split's first goals")
+    p.add_argument("--goals", type=int, default=100)
+    p.add_argument("--profile", default=None, help="ci | class | gpu (default: $APO_PROFILE or class)")
+    p.add_argument("--save", action="store_true", help="write data/results/headroom_<profile>.csv")
+    p.add_argument("--name", default=None, help="with --save: headroom_<name>_<profile>.csv")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_headroom)
 
     p = sub.add_parser("decisions", help="how likely each policy clicks an option at the same item pages, and how "
                        "far its own greedy episodes get with the options")

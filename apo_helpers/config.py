@@ -192,6 +192,16 @@ class APOConfig:
     """Goals per iteration, one rollout each (A*PO needs one sample per prompt)."""
     temperature: float = 1.0
     """Sampling temperature of the rollouts; log-probs are always those of the untempered policy."""
+    greedy_search: bool = False
+    """Stage 1 and the rollouts type the greedy search query and sample only the clicks, and log pi(y|x) sums the
+    sampled turns' tokens (the search turn is then part of the environment). At temperature 1.0 the tiny pi_ref
+    garbles its query in about half of its samples, and those episodes rarely succeed: that noise, not the choice of
+    item or option, then dominates the rewards (notebook 04 section 5). Needs one chat per turn (``window=1``)."""
+    explore: float = 0.0
+    """Stage 1 and the rollouts answer each results- or item-page turn with a uniformly drawn click instead of the
+    policy's sample with this probability (``Sampling.explore``; the reply carries the expert's think for that click).
+    A*PO's least squares needs no sampling probabilities, so such turns train like the others. The imitated pi_ref
+    almost never samples the click that would fix a failed episode (notebook 04 section 5)."""
     beta2: float = 0.1
     """Weight of log(pi / pi_ref) in the regression (paper: 1e-3 for ~1k-token math answers)."""
     lr: float = 3e-4

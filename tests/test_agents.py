@@ -186,3 +186,47 @@ def test_parse_wanted_options_recovers_every_test_goals_options(full_catalog):
     for goal in full_catalog.split("test"):
         assert parse_wanted_options(goal.instruction) == list(goal.options.values()), goal.instruction
         assert parse_budget(goal.instruction) == goal.price_upper
+
+
+# ---------------------------------------------------------------------------------------------- explain
+
+def test_explain_words_clicks_as_the_expert_does(full_catalog):
+    """Every think the full expert writes on results and item pages is what ``explain`` writes for its click,
+    except the reasons that name what it found missing (those depend on the page, not on the click)."""
+    from apo_helpers.config import get_profile
+    from apo_helpers.webshop.agents import EXPLAINED_PAGES, explain, explorable_actions
+
+    env = WebShopEnv(split="train", catalog=full_catalog, config=get_profile("class").policy_env())
+    expert, checked = ExpertAgent(seed=0), 0
+    for index in range(40):
+        obs, info = env.reset(options={"goal_index": index})
+        expert.reset()
+        done = False
+        while not done:
+            action = expert.act(obs, info)
+            if info["page"] in EXPLAINED_PAGES and not expert.reason.endswith(("is not offered, go back",
+                                                                               "no result left to try")):
+                assert action in explorable_actions(info["available_actions"])
+                assert explain(action, info["page"]) == expert.reason, (action, info["page"])
+                checked += 1
+            obs, _, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
+    assert checked > 80
+
+
+@pytest.mark.parametrize("action,page", [("search[shoes]", "results"), ("click[description]", "item"),
+                                         ("click[item 1]", "search")])
+def test_explain_refuses_what_the_expert_never_clicks(action, page):
+    from apo_helpers.webshop.agents import explain
+
+    with pytest.raises(ValueError, match="explain words the clicks"):
+        explain(action, page)
+
+
+def test_explorable_actions_leave_out_the_info_pages():
+    from apo_helpers.webshop.agents import explorable_actions
+
+    available = ["click[back to search]", "click[< prev]", "click[description]", "click[features]",
+                 "click[reviews]", "click[large]", "click[buy now]"]
+    assert explorable_actions(available) == ["click[back to search]", "click[< prev]", "click[large]",
+                                             "click[buy now]"]

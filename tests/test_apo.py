@@ -21,10 +21,11 @@ from apo_helpers.apo.sft import expert_demonstrations
 from apo_helpers.apo.trainer import (Trainer, latest_checkpoint, load_models, objective_inputs, train_run,
                                      trained_sequences)
 from apo_helpers.apo.turn_credit import decision_turn, split_values
-from apo_helpers.apo.vstar import (VStarTable, cache_key, load_vstar, optimal_value, stage1, stage1_goals,
-                                   vstar_table, weights_hash)
+from apo_helpers.apo.vstar import (VStarTable, cache_key, load_vstar, optimal_value, rollout_sampling, stage1,
+                                   stage1_goals, vstar_table, weights_hash)
 from apo_helpers.config import get_profile, seed_everything
 from apo_helpers.policy.prompts import encode_chat
+from apo_helpers.policy.rollout import Sampling
 from apo_helpers.webshop.catalog import DataFileError, default_catalog
 
 P = get_profile("ci")
@@ -207,6 +208,9 @@ def test_cache_key_depends_on_what_changes_vstar(models):
     assert base != cache_key(weights_hash(ref_model), goals[:-1], P.apo, 0)
     assert base != cache_key("another model", goals, P.apo, 0)
     assert base != cache_key(weights_hash(ref_model), goals, P.apo, 0, show_selected_options=True)
+    greedy_search = cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, greedy_search=True), 0)
+    explore = cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, greedy_search=True, explore=0.3), 0)
+    assert len({base, greedy_search, explore}) == 3
 
 
 def test_weights_hash_sees_one_changed_weight(models):
@@ -386,7 +390,7 @@ def test_checkpoint_of_another_run_is_refused(ref_dir, vstar, tmp_path):
 def test_answer_only_logprobs_train_fewer_tokens(ref_dir, vstar):
     trainer = _trainer(ref_dir, vstar)
     trajectories = trainer_module.rollout(trainer.model, trainer.tokenizer, vstar.goals()[:2],
-                                          trainer_module.Sampling(), P.policy, P.policy_env())
+                                          Sampling(), P.policy, P.policy_env())
     _, every, _ = trained_sequences(trajectories, trainer.tokenizer, P.policy.window, "all")
     _, answer, _ = trained_sequences(trajectories, trainer.tokenizer, P.policy.window, "answer")
     assert sum(map(sum, answer)) <= sum(map(sum, every))
@@ -564,7 +568,7 @@ def test_every_objective_runs_in_the_loop(ref_dir, vstar, objective):
 def test_ppo_values_cover_every_turn(ref_dir, vstar):
     trainer = _trainer(ref_dir, vstar, objective="ppo")
     trajectories = trainer_module.rollout(trainer.model, trainer.tokenizer, vstar.goals()[:3],
-                                          trainer_module.Sampling(), P.policy, P.policy_env())
+                                          Sampling(), P.policy, P.policy_env())
     inputs = trainer_module.objective_inputs(trainer.model, trainer.ref_model, trajectories, trainer.tokenizer, vstar,
                                              P, value_head=trainer.value_head)
     turns = sum(t.num_turns for t in trajectories)
@@ -629,7 +633,7 @@ def test_backward_per_micro_batch_gives_the_same_gradients(ref_dir, vstar, demos
         trainer = _trainer(ref_dir, shifted, objective=objective, profile=dataclasses.replace(P, apo=apo))
         seed_everything(11)
         trajectories = trainer_module.rollout(trainer.model, trainer.tokenizer, trainer.draw_goals(),
-                                              trainer_module.Sampling(temperature=1.0), P.policy, P.policy_env())
+                                              Sampling(temperature=1.0), P.policy, P.policy_env())
         if objective == "apo_split":
             trajectories = demos
         trainer.optimizer.step = lambda: None  # keep the weights: compare the gradients of one batch
@@ -648,7 +652,7 @@ def test_backward_per_micro_batch_gives_the_same_gradients(ref_dir, vstar, demos
 def _fixed_batch(trainer, seed=11):
     seed_everything(seed)
     return trainer_module.rollout(trainer.model, trainer.tokenizer, trainer.draw_goals(),
-                                  trainer_module.Sampling(temperature=1.0), P.policy, P.policy_env())
+                                  Sampling(temperature=1.0), P.policy, P.policy_env())
 
 
 @pytest.mark.parametrize("objective", ["apo", "ppo"])
@@ -697,3 +701,67 @@ def test_fit_one_batch_starts_at_pi_ref_and_fits_at_a_small_step(ref_dir, vstar)
     small = table[table["lr"] == 3e-5].set_index("step")
     assert small.loc[4, "loss"] < small.loc[0, "loss"]
     assert (table[table["step"] > 0]["log_ratio_abs"] > 0).all()
+
+
+# ---------------------------------------------------------------------------------------------- where to explore
+
+EXPLORING = dataclasses.replace(P, apo=dataclasses.replace(P.apo, greedy_search=True, explore=0.5))
+
+
+def test_sampled_only_leaves_the_greedy_turns_out(models, demos):
+    _, _, tokenizer = models
+    marked = [dataclasses.replace(d, turns=[dataclasses.replace(u, greedy=k == 0) for k, u in enumerate(d.turns)])
+              for d in demos]
+    every = trained_sequences(marked, tokenizer, P.policy.window)
+    sampled = trained_sequences(marked, tokenizer, P.policy.window, sampled_only=True)
+    firsts = {owner: k for k, owner in reversed(list(enumerate(every[2])))}  # each trajectory's first chat
+    kept = [k for k in range(len(every[0])) if k not in firsts.values()]
+    assert sampled == tuple([every[i][k] for k in kept] for i in range(3))
+    with pytest.raises(ValueError, match="greedy_search needs one chat per turn"):
+        trained_sequences(marked, tokenizer, None, sampled_only=True)
+
+
+def test_the_split_counts_turns_when_the_search_is_left_out(models, demos):
+    model, ref_model, tokenizer = models
+    table = VStarTable(vstar_table([d.goal for d in demos], [[0.5, 1.0]] * len(demos), P.apo.beta1), "demo-goals")
+    marked = [dataclasses.replace(d, turns=[dataclasses.replace(u, greedy=k == 0) for k, u in enumerate(d.turns)])
+              for d in demos]
+    seed_everything(0)
+    split = split_values(ref_model, tokenizer, marked, P, samples=2)
+    every = objective_inputs(model, ref_model, marked, tokenizer, table, P, split=split)
+    sampled = objective_inputs(model, ref_model, marked, tokenizer, table, EXPLORING, split=split)
+    _, masks, owner = trained_sequences(marked, tokenizer, P.policy.window)
+    for row in range(len(demos)):  # the search turn comes before the split: only the tokens before it change
+        after = lambda inputs: int(inputs.token_after_split[inputs.token_row == row].sum())
+        assert after(sampled) == after(every) > 0
+        search_tokens = sum(next(m for m, o in zip(masks, owner) if o == row))
+        assert sampled.tokens[row] == every.tokens[row] - search_tokens
+
+
+def test_greedy_search_trains_on_the_sampled_turns(ref_dir, demos, tmp_path):
+    model, ref_model, tokenizer = load_models(ref_dir, "cpu")
+    table = VStarTable(vstar_table([d.goal for d in demos], [[0.5, 1.0]] * len(demos), P.apo.beta1), "demo-goals")
+    trainer = Trainer(model, ref_model, tokenizer, table, EXPLORING, seed=3)
+    batch = [dataclasses.replace(d, turns=[dataclasses.replace(u, greedy=k == 0) for k, u in enumerate(d.turns)])
+             for d in demos]  # the search typed greedily, the clicks sampled
+    _, masks, owner = trained_sequences(batch, tokenizer, P.policy.window)
+    inputs, loss, _, _ = trainer.update(batch)
+    turns = [u for t in batch for u in t.turns]
+    assert int(inputs.tokens.sum()) == sum(sum(m) for m, u in zip(masks, turns) if not u.greedy) > 0
+    assert math.isfinite(loss.item())
+    for t in batch:  # a batch whose every turn was greedy has nothing to train on: no step
+        for u in t.turns:
+            u.greedy = True
+    before = [p.detach().clone() for p in model.parameters()]
+    inputs, loss, _, grad_norm = trainer.update(batch)
+    assert int(inputs.tokens.sum()) == 0 and float(grad_norm) == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    seed_everything(0)  # stage 1 and the rollouts explore the same way
+    explored = stage1(ref_model, tokenizer, EXPLORING, tmp_path, goals=[d.goal for d in demos], progress=False)
+    assert explored.key != stage1(ref_model, tokenizer, P, tmp_path, goals=[d.goal for d in demos],
+                                  progress=False).key
+    with pytest.raises(ValueError, match="ppo's critic needs every turn"):
+        Trainer(model, ref_model, tokenizer, table, EXPLORING, "ppo")
+    with pytest.raises(ValueError, match="greedy_search needs one chat per turn"):
+        Trainer(model, ref_model, tokenizer, table,
+                dataclasses.replace(EXPLORING, policy=dataclasses.replace(P.policy, window=None)))

@@ -303,7 +303,7 @@ def test_stop_string_replies_do_not_count_padding():
     model = build_tiny_model(fast, P.model)
     _, steps = _imitate_batch(model, ids, attn, mask)
     config = dataclasses.replace(P.policy, max_new_tokens=64)
-    texts, logprobs = generate_replies(model, fast, [c[:1] for c in chats], GREEDY, config)
+    texts, logprobs, _ = generate_replies(model, fast, [c[:1] for c in chats], GREEDY, config)
     assert texts == replies
     for reply, lp in zip(replies, logprobs):
         assert len(lp) == len(fast.encode(reply, add_special_tokens=False))
@@ -328,3 +328,86 @@ def _fit(model, ids, attn, mask, max_steps, done, check_every):
             break
     return model.eval(), step + 1
 
+
+
+# ---------------------------------------------------------------------------------------------- where to explore
+
+def test_greedy_pages_type_the_greedy_query_and_sample_the_clicks(scripted, tokenizer):
+    """One batch holding an episode on the search page (greedy there) and one on a results page (sampled): two
+    generate calls, merged back in order."""
+    trained, demo, _ = scripted
+    policy = dataclasses.replace(P.policy, max_new_tokens=64)
+    (greedy,) = rollout(trained, tokenizer, [demo.goal], GREEDY, policy, P.policy_env())
+    seed_everything(5)
+    fresh, resumed = rollout(trained, tokenizer, [demo.goal, demo.goal], Sampling(greedy_pages=("search",)), policy,
+                             P.policy_env(), prefixes=[[], demo.turns[:1]])
+    assert fresh.turns[0].greedy and fresh.turns[0].response == greedy.turns[0].response
+    assert fresh.num_turns > 1 and not any(u.greedy for u in fresh.turns[1:])
+    assert resumed.turns[0].action == demo.turns[0].action and not resumed.turns[1].greedy
+    assert resumed.turns[1].observation == demo.turns[1].observation
+    assert all(u.greedy for u in greedy.turns)
+
+
+def test_explored_turns_are_written_for_a_drawn_click(scripted, tokenizer):
+    from apo_helpers.policy.prompts import format_response
+    from apo_helpers.webshop.agents import explain, explorable_actions
+
+    trained, demo, _ = scripted
+    policy = dataclasses.replace(P.policy, max_new_tokens=64)
+    sampling = Sampling(greedy_pages=("search",), explore=1.0)
+    played = []
+    for _ in range(2):
+        seed_everything(2)
+        played.append(rollout(trained, tokenizer, [demo.goal] * 3, sampling, policy, P.policy_env(), max_turns=4))
+    assert [[u.action for u in t.turns] for t in played[0]] == [[u.action for u in t.turns] for t in played[1]]
+    for t in played[0]:
+        assert t.num_turns > 1
+        for u, lp in zip(t.turns, t.sample_logprobs):
+            if u.actions == ["search[<query>]"]:  # the search page (also after a drawn `back to search`)
+                assert u.greedy and not u.explored and lp  # generated (greedily)
+                continue
+            page = "item" if "click[buy now]" in u.actions else "results"
+            assert u.explored and not u.greedy
+            assert u.action in explorable_actions(u.actions) and u.format_ok and u.valid
+            assert u.response == format_response(explain(u.action, page), u.action)
+            assert lp == []  # nothing was generated for it
+    assert any(u.explored for t in played[0] for u in t.turns)
+
+
+# ---------------------------------------------------------------------------------------------- sampled = trained
+
+def test_training_chats_hold_the_sampled_tokens(scripted, tokenizer):
+    """The reply text re-encodes to the generated tokens, so scoring the training chats gives back the log-probs
+    of generation. With the tokenizer's earlier decoder ("click[ item 1]") every turn failed this. (A sampled reply
+    can still be written in tokens the tokenizer would not choose, "[" + "find" for "[" + "▁find": rare for a
+    trained pi_ref, about 0.4% of replies at temperature 1, and counted in ``token_mismatches``.)"""
+    from apo_helpers.policy.scoring import sequence_logprob_sums
+    from tokenizers import decoders
+
+    trained, demo, _ = scripted
+    policy = dataclasses.replace(P.policy, max_new_tokens=64)
+    (played,) = rollout(trained, tokenizer, [demo.goal], GREEDY, policy, P.policy_env())
+    assert played.token_mismatches == 0 and all(played.reply_ids)
+    ids, attn, mask = collate(played.input_ids, played.assistant_mask, tokenizer.pad_token_id)
+    with torch.no_grad():
+        scored = sequence_logprob_sums(trained, ids, attn, mask)
+    assert scored.tolist() == pytest.approx([sum(lp) for lp in played.sample_logprobs], abs=1e-3)
+    plain = copy.deepcopy(tokenizer)
+    plain.backend_tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="never")
+    (again,) = rollout(trained, plain, [demo.goal], GREEDY, policy, P.policy_env())
+    assert again.reply_ids == played.reply_ids and again.token_mismatches == again.num_turns > 1
+
+
+def test_a_saved_tokenizer_gets_the_round_trip_decoder(scripted, tokenizer, tmp_path):
+    from tokenizers import decoders
+
+    from apo_helpers.policy.models import load_policy, save_policy
+
+    trained, _, _ = scripted
+    plain = copy.deepcopy(tokenizer)
+    plain.backend_tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="never")
+    save_policy(trained, plain, tmp_path / "old")
+    _, loaded = load_policy(tmp_path / "old")
+    ids = loaded("<think> item 1 best </think> <answer> click[item 1] </answer>", add_special_tokens=False)["input_ids"]
+    text = loaded.decode(ids, skip_special_tokens=True)
+    assert "click[item 1]" in text and loaded(text, add_special_tokens=False)["input_ids"] == ids

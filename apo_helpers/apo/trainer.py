@@ -45,27 +45,33 @@ from ..analysis.failures import OPTION_RATES, option_columns
 from ..config import Profile, device as default_device, seed_everything
 from ..files import atomic_write_text
 from ..policy.prompts import encode_chat, episode_chats
-from ..policy.rollout import Sampling, Trajectory, rollout
+from ..policy.rollout import Trajectory, rollout
 from ..policy.scoring import collate, selected_logprobs_and_hidden
 from .losses import OBJECTIVES, ObjectiveInputs, kl_estimate
 from .turn_credit import SplitValues, require_turn_chats, split_values
 from .value_head import ValueHead, turn_positions
-from .vstar import VStarTable
+from .vstar import VStarTable, rollout_sampling
 
 CHECKPOINTS = "checkpoints"
 
 
 # ------------------------------------------------------------------------------------------------ scoring
 
-def trained_sequences(trajectories: list[Trajectory], tokenizer, window, part: str = "all"):
-    """Token ids and masks of every chat of every trajectory, and the trajectory each chat belongs to."""
+def trained_sequences(trajectories: list[Trajectory], tokenizer, window, part: str = "all",
+                      sampled_only: bool = False):
+    """Token ids and masks of every chat of every trajectory, and the trajectory each chat belongs to.
+    ``sampled_only`` leaves out the chats of turns replied greedily (``APOConfig.greedy_search``: one chat per turn)."""
+    if sampled_only:
+        require_turn_chats(window, "greedy_search")
     sequences, masks, owner = [], [], []
     for row, t in enumerate(trajectories):
         if part == "all" and t.input_ids:
             pairs = zip(t.input_ids, t.assistant_mask)
         else:
             pairs = (encode_chat(tokenizer, chat, part) for chat in episode_chats(t.turns, window))
-        for ids, mask in pairs:
+        for k, (ids, mask) in enumerate(pairs):
+            if sampled_only and t.turns[k].greedy:  # one chat per turn
+                continue
             sequences.append(ids)
             masks.append(mask)
             owner.append(row)
@@ -124,7 +130,9 @@ def score_tokens(model, sequences, masks, owner, pad_id: int, micro_batch: int, 
     (from ``chat_first_turns``) places each chat's replies among the ``total_turns`` turns.
     """
     dev = next(model.parameters()).device
-    logps, rows, entropies, token_turns = [], [], [], []
+    # empty starts: a batch may have no trained token (every turn greedy under ``greedy_search``)
+    logps, rows, entropies, token_turns = [torch.zeros(0, device=dev)], [torch.zeros(0, dtype=torch.long, device=dev)], \
+        [torch.zeros(0, device=dev)], []
     values = torch.zeros(total_turns, device=dev) if value_head is not None else None
     for logp, chunk_rows, entropy, chunk_values, chunk_turns in score_chunks(
             model, sequences, masks, owner, pad_id, micro_batch, with_entropy, value_head, first_turns, total_turns):
@@ -178,7 +186,7 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
     config = profile.apo
     start = time.perf_counter()
     sequences, masks, owner = chats or trained_sequences(trajectories, tokenizer, profile.policy.window,
-                                                         config.logprob_tokens)
+                                                         config.logprob_tokens, config.greedy_search)
     first_turns = chat_first_turns(trajectories, profile.policy.window) if value_head is not None else None
     total_turns = sum(t.num_turns for t in trajectories)
     chat_ids = list(range(len(sequences)))  # score by chat, then map chats to trajectories
@@ -203,7 +211,8 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
     goal_ids = {}
     extra = {}  # the fields only some objectives read
     if split is not None:
-        extra.update(_split_inputs(split, owner, token_chat, profile.policy.window, dev))
+        extra.update(_split_inputs(split, trajectories, owner, config.greedy_search, token_chat, profile.policy.window,
+                                   dev))
     if critic is not None:
         extra.update(values=critic.values, token_turn=critic.token_turn,
                      turn_row=torch.tensor([row for row, t in enumerate(trajectories) for _ in t.turns], device=dev),
@@ -220,14 +229,12 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
         token_row=rows, entropy=entropy, **extra)
 
 
-def _split_inputs(split: SplitValues, owner: list[int], token_chat, window, dev) -> dict:
+def _split_inputs(split: SplitValues, trajectories: list[Trajectory], owner: list[int], sampled_only: bool,
+                  token_chat, window, dev) -> dict:
     """``ObjectiveInputs``' split fields: which tokens come from the turns at or after each trajectory's split (one
     chat per turn, in turn order within a trajectory), V*(s_k) and the reward before the split."""
     require_turn_chats(window)
-    chat_turn, seen = [], {}
-    for row in owner:
-        chat_turn.append(seen.get(row, 0))
-        seen[row] = chat_turn[-1] + 1
+    chat_turn = [k for t in trajectories for k, u in enumerate(t.turns) if not (sampled_only and u.greedy)]
     first_after = torch.tensor(split.turn, device=dev)[torch.tensor(owner, device=dev)]  # per chat
     return dict(token_after_split=(torch.tensor(chat_turn, device=dev) >= first_after)[token_chat],
                 split_value=torch.tensor(split.value, device=dev, dtype=torch.float32),
@@ -285,6 +292,11 @@ class Trainer:
                              f"goals per iteration cannot be shared equally by {self.world} processes")
         if objective == "apo_split":
             require_turn_chats(profile.policy.window)
+        if self.config.greedy_search:
+            require_turn_chats(profile.policy.window, "greedy_search")
+            if objective == "ppo":  # its critic gives every turn a value from that turn's chat
+                raise ValueError("greedy_search leaves the search turns out of training; ppo's critic needs every "
+                                 "turn: use another objective or greedy_search=false")
         self.ref_model.eval().requires_grad_(False)
         # PPO's critic: a value head on the policy's last hidden state, trained with it
         self.value_head = ValueHead(model.config.hidden_size).to(_device_of(model)) if objective == "ppo" else None
@@ -318,7 +330,8 @@ class Trainer:
         self.model.train()
         if self.objective_name == "apo_split" and split is None:
             split = split_values(self.ref_model, self.tokenizer, trajectories, self.profile)
-        chats = trained_sequences(trajectories, self.tokenizer, self.profile.policy.window, config.logprob_tokens)
+        chats = trained_sequences(trajectories, self.tokenizer, self.profile.policy.window, config.logprob_tokens,
+                                  config.greedy_search)
         lr = config.lr * min(1.0, (self.state.iteration + 1) / max(1, config.warmup))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -352,7 +365,8 @@ class Trainer:
                                           *(leaf.grad if leaf is not None else None for leaf in leaves))
         else:
             loss, stats = self.objective(inputs, config)
-            self.accelerator.backward(loss)
+            if loss.requires_grad:  # not when the batch has no trained token: nothing to learn from it
+                self.accelerator.backward(loss)
         parameters = [p for g in self.optimizer.param_groups for p in g["params"]]
         self._average_gradients(parameters)
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip)
@@ -404,7 +418,7 @@ class Trainer:
         """Phase 1 (rollouts) then phase 2 (one update); returns the iteration's row of the history."""
         config, start = self.config, time.perf_counter()
         goals = self.share(self.draw_goals())
-        trajectories = rollout(self.model, self.tokenizer, goals, Sampling(temperature=config.temperature),
+        trajectories = rollout(self.model, self.tokenizer, goals, rollout_sampling(config, config.temperature),
                                self.profile.policy, self.profile.policy_env())
         timings = {"rollout_seconds": time.perf_counter() - start}
         split = None
@@ -415,10 +429,13 @@ class Trainer:
         inputs, loss, stats, grad_norm = self.update(trajectories, timings, split)
         kl = kl_estimate(inputs.token_logp, inputs.token_logp_ref, inputs.token_row, len(trajectories))
         entropy = inputs.entropy.mean() if inputs.entropy is not None else torch.tensor(float("nan"))
-        # per trajectory: reward, success, invalid actions, turns, generated and trained tokens, log-ratio, entropy
-        rows = [[t.reward, float(t.success), t.invalid_actions, t.num_turns, t.generated_tokens, n, k, entropy.item()]
+        # per trajectory: reward, success, invalid actions, turns, generated and trained tokens, log-ratio, entropy,
+        # generated replies and those trained on other tokens than were sampled (token_mismatches; NaN: not counted)
+        rows = [[t.reward, float(t.success), t.invalid_actions, t.num_turns, t.generated_tokens, n, k, entropy.item(),
+                 sum(map(bool, t.reply_ids)), np.nan if t.token_mismatches is None else t.token_mismatches]
                 for t, n, k in zip(trajectories, inputs.tokens.tolist(), kl.tolist())]
-        reward, success, invalid, turns, generated, trained, log_ratio, entropies = self._gather(rows).T
+        (reward, success, invalid, turns, generated, trained, log_ratio, entropies, replies,
+         mismatches) = self._gather(rows).T
         if self.world > 1:
             stats = {name: self._mean_over_processes(torch.tensor(float(value), device=self.accelerator.device)).item()
                      for name, value in stats.items()}
@@ -429,6 +446,7 @@ class Trainer:
                 "invalid_rate": float(invalid.sum() / max(1, turns.sum())),
                 "turns": float(turns.mean()), "generated_tokens": int(generated.sum()),
                 "trained_tokens": int(trained.sum()), "grad_norm": float(grad_norm),
+                "token_mismatch_rate": float(mismatches.sum() / max(1, replies.sum())),
                 "lr": self.optimizer.param_groups[0]["lr"], **timings, "seconds": time.perf_counter() - start,
                 **stats}
 
@@ -602,7 +620,7 @@ def fit_one_batch(ref_dir, vstar: VStarTable, profile: Profile, lrs=(3e-4, 1e-4,
     ref_model.eval().requires_grad_(False)
     seed_everything(seed)
     goals = random.Random(seed).sample(vstar.goals(), min(profile.apo.batch_goals, len(vstar.table)))
-    trajectories = rollout(ref_model, tokenizer, goals, Sampling(temperature=profile.apo.temperature), profile.policy,
+    trajectories = rollout(ref_model, tokenizer, goals, rollout_sampling(profile.apo, profile.apo.temperature), profile.policy,
                            profile.policy_env())
     rows = []
     for lr in lrs:

@@ -23,16 +23,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import Profile
-from ..policy.rollout import Sampling, Trajectory, rollout
-from .vstar import optimal_value
+from ..policy.rollout import Trajectory, rollout
+from .vstar import optimal_value, rollout_sampling
 
 BUY_ACTION = "click[buy now]"
 
 
-def require_turn_chats(window) -> None:
-    """The split marks tokens by turn, which needs one chat per turn (``policy.window=1``)."""
+def require_turn_chats(window, who: str = "apo_split") -> None:
+    """Marking tokens by turn (``apo_split``'s split, ``greedy_search``'s sampled turns) needs one chat per turn
+    (``policy.window=1``)."""
     if window != 1:
-        raise ValueError(f"apo_split needs one chat per turn (policy.window=1), got window={window}")
+        raise ValueError(f"{who} needs one chat per turn (policy.window=1), got window={window}")
 
 
 def decision_turn(trajectory: Trajectory) -> int | None:
@@ -72,7 +73,7 @@ def split_values(ref_model, tokenizer, trajectories: list[Trajectory], profile: 
     split = [i for i, k in enumerate(turns) if k is not None]
     goals = [trajectories[i].goal for i in split for _ in range(samples)]
     prefixes = [trajectories[i].turns[: turns[i]] for i in split for _ in range(samples)]
-    continued = rollout(ref_model, tokenizer, goals, Sampling(temperature=temperature), profile.policy,
+    continued = rollout(ref_model, tokenizer, goals, rollout_sampling(config, temperature), profile.policy,
                         profile.policy_env(), prefixes=prefixes) if goals else []
     value = np.zeros(len(trajectories))
     reward_before = np.array([t.reward for t in trajectories], dtype=np.float64)

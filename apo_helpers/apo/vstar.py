@@ -73,12 +73,17 @@ def stage1_goals(profile: Profile, seed: int = 0, catalog: Catalog | None = None
 
 def cache_key(ref_hash: str, goals: list[Goal], config: APOConfig, seed: int,
               show_selected_options: bool = False) -> str:
-    """What the V* table depends on: pi_ref's weights, the goals, N, beta1, the temperature, the seed and the
-    pages' rendering (only when it differs from the default, so earlier keys stay valid)."""
+    """What the V* table depends on: pi_ref's weights, the goals, N, beta1, the temperature, the seed, the pages'
+    rendering, whether the search is greedy and the exploration rate (the last three only when they differ from the
+    default, so earlier keys stay valid)."""
     spec = {"ref": ref_hash, "goals": [[g.split, g.index] for g in goals], "N": config.vstar_samples,
             "beta1": config.beta1, "temperature": config.vstar_temperature, "seed": seed}
     if show_selected_options:
         spec["show_selected_options"] = True
+    if config.greedy_search:
+        spec["greedy_search"] = True
+    if config.explore:
+        spec["explore"] = config.explore
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -114,12 +119,19 @@ def vstar_table(goals: list[Goal], rewards: list[list[float]], beta1: float) -> 
                           "successes": int(sum(x >= 1.0 for x in r))} for g, r in zip(goals, rewards)])
 
 
+def rollout_sampling(config: APOConfig, temperature: float) -> Sampling:
+    """How stage 1 and stage 2 draw episodes: at ``temperature``, with the search query typed greedily when
+    ``config.greedy_search`` (exploration only at the clicks), and clicks drawn at random at rate ``config.explore``."""
+    return Sampling(temperature=temperature, greedy_pages=("search",) if config.greedy_search else (),
+                    explore=config.explore)
+
+
 def sample_rewards(model, tokenizer, goals: list[Goal], samples: int, profile: Profile, temperature: float = 1.0,
                    progress: bool = True) -> tuple[list[list[float]], list]:
     """``samples`` episodes of ``model`` per goal (one batched rollout over all) -> per-goal rewards, trajectories."""
     repeated = [g for g in goals for _ in range(samples)]
     bar = tqdm(total=len(repeated), desc=f"stage 1: {samples} samples x {len(goals)} goals", disable=not progress)
-    trajectories = rollout(model, tokenizer, repeated, Sampling(temperature=temperature), profile.policy,
+    trajectories = rollout(model, tokenizer, repeated, rollout_sampling(profile.apo, temperature), profile.policy,
                            profile.policy_env(), progress=bar)
     bar.close()
     rewards = [[t.reward for t in trajectories[i * samples:(i + 1) * samples]] for i in range(len(goals))]

@@ -45,6 +45,11 @@ class Turn:
     """Whether the environment accepted the action."""
     reward: float = 0.0
     """Environment reward of the turn plus the format penalty when the response did not parse."""
+    greedy: bool = False
+    """Whether the reply was the most likely one rather than a sample (greedy decoding, or a page of
+    ``Sampling.greedy_pages``): the algorithms train only on the sampled turns."""
+    explored: bool = False
+    """Whether the reply was written for a click drawn at random (``Sampling.explore``) instead of generated."""
 
 
 def parse_response(text: str) -> tuple[str, str, bool]:

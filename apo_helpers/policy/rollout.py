@@ -20,9 +20,11 @@ import torch
 from ..config import EnvConfig, PolicyConfig
 from ..files import atomic_write_text
 from ..webshop.catalog import Catalog, Goal, default_catalog
+from ..webshop.agents import EXPLAINED_PAGES, explain, explorable_actions
 from ..webshop.env import WebShopEnv
 from .models import STOP_TEXT, stop_token_ids
-from .prompts import Turn, build_messages, encode_chat, episode_chats, parse_response, prompt_actions
+from .prompts import (Turn, build_messages, encode_chat, episode_chats, format_response, parse_response,
+                      prompt_actions)
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,15 @@ class Sampling:
     top_p: float = 1.0
     greedy: bool = False
     """Take the most likely token (evaluation)."""
+    greedy_pages: tuple[str, ...] = ()
+    """Pages (``search``, ``results``, ``item``) whose replies are taken greedily even when sampling: exploration
+    then happens only at the other pages' decisions. ``("search",)`` keeps the search query the greedy policy types
+    (sampled at temperature 1.0 the tiny pi_ref garbles it in about half of the episodes; notebook 04 section 5)."""
+    explore: float = 0.0
+    """When sampling: the chance that a results- or item-page turn is not answered by the model but by a click drawn
+    uniformly from the page's ``explorable_actions``, written with the expert's think for it (``explain``); such a
+    turn is marked ``explored``. A near-deterministic policy then also tries the clicks it would almost never
+    sample (notebook 04 section 5)."""
 
 
 GREEDY = Sampling(greedy=True)
@@ -57,6 +68,12 @@ class Trajectory:
     """1 on the assistant tokens of ``input_ids``."""
     sample_logprobs: list[list[float]] = field(default_factory=list)
     """Per turn, the log-probability of each generated token under the sampling distribution."""
+    reply_ids: list[list[int]] = field(default_factory=list)
+    """Per turn, the token ids the model generated (empty for replayed and explored turns)."""
+    token_mismatches: int | None = None
+    """Generated replies whose tokens in ``input_ids`` differ from ``reply_ids`` (their decoded text did not
+    re-encode to them): 0 when the algorithms train on exactly the sampled tokens. Counted with one chat per turn
+    (``window=1``), else None."""
 
     @property
     def num_turns(self) -> int:
@@ -132,7 +149,8 @@ def encode_prompts(tokenizer, chats: list[list[dict]], config: PolicyConfig, dev
 
 @torch.no_grad()
 def generate_replies(model, tokenizer, chats: list[list[dict]], sampling: Sampling, config: PolicyConfig):
-    """One batched ``generate`` for a list of chats -> (reply texts, per-reply token log-probs)."""
+    """One batched ``generate`` for a list of chats -> (reply texts, per-reply token log-probs, per-reply token
+    ids), the last two up to the stop."""
     batch = encode_prompts(tokenizer, chats, config, model.device)
     stops = stop_token_ids(tokenizer)
     kwargs = dict(do_sample=not sampling.greedy, max_new_tokens=config.max_new_tokens, eos_token_id=stops,
@@ -145,12 +163,13 @@ def generate_replies(model, tokenizer, chats: list[list[dict]], sampling: Sampli
     new = out.sequences[:, batch["input_ids"].shape[1]:]
     scores = torch.stack(out.scores, dim=1).float().log_softmax(-1)  # the (tempered) sampling distribution
     chosen = scores.gather(-1, new.unsqueeze(-1)).squeeze(-1)
-    replies, logprobs = [], []
+    replies, logprobs, ids = [], [], []
     for row, row_lp in zip(new.tolist(), chosen.tolist()):
         text, used = _decode_reply(tokenizer, row, set(stops))
         replies.append(text)
         logprobs.append([round(x, 5) for x in row_lp[:used]])
-    return replies, logprobs
+        ids.append(row[:used])
+    return replies, logprobs, ids
 
 
 def rollout(model, tokenizer, goals: list[Goal], sampling: Sampling = Sampling(), config: PolicyConfig = PolicyConfig(),
@@ -192,28 +211,59 @@ def _replay(env: WebShopEnv, goal: Goal, prefix: list[Turn]):
     return obs, info
 
 
+def _next_turn(observation: str, info: dict, sampling: Sampling) -> Turn:
+    """The turn the page opens: greedy or sampled (``greedy_pages``), or explored, its reply already written."""
+    page = info["page"]
+    turn = Turn(observation, prompt_actions(info["available_actions"]), info["turns_left"],
+                greedy=sampling.greedy or page in sampling.greedy_pages)
+    # torch's generator draws, so that seeding and checkpoints cover exploration; none is drawn when explore == 0
+    if not turn.greedy and sampling.explore and page in EXPLAINED_PAGES and torch.rand(()).item() < sampling.explore:
+        options = explorable_actions(turn.actions)
+        action = options[int(torch.randint(len(options), ()))]
+        turn.response, turn.explored = format_response(explain(action, page), action), True
+    return turn
+
+
+def _replies(model, tokenizer, histories: list[list[Turn]], sampling: Sampling, config: PolicyConfig):
+    """The replies to the last turn of each history: one ``generate`` call, or two when some turns are greedy and
+    others sampled (``Sampling.greedy_pages``), merged back into the histories' order."""
+    chats = [build_messages(turns, config.window) for turns in histories]
+    greedy = [turns[-1].greedy for turns in histories]
+    if sampling.greedy or not any(greedy) or all(greedy):
+        return generate_replies(model, tokenizer, chats, GREEDY if all(greedy) else sampling, config)
+    out = ([None] * len(chats), [None] * len(chats), [None] * len(chats))
+    for mode, wanted in ((GREEDY, True), (sampling, False)):
+        rows = [k for k, g in enumerate(greedy) if g == wanted]
+        for k, *generated in zip(rows, *generate_replies(model, tokenizer, [chats[k] for k in rows], mode, config)):
+            for part, value in zip(out, generated):
+                part[k] = value
+    return out
+
+
 def _rollout_batch(model, tokenizer, goals, sampling, config, env_config, catalog, max_turns, prefixes):
     envs = [WebShopEnv(split=g.split, catalog=catalog, config=env_config, max_turns=max_turns) for g in goals]
     trajs, observations, infos = [], [], []
     for env, goal, prefix in zip(envs, goals, prefixes):
         obs, info = _replay(env, goal, prefix)
         trajs.append(Trajectory(goal=goal, turns=[replace(t) for t in prefix],
-                                sample_logprobs=[[] for _ in prefix]))
+                                sample_logprobs=[[] for _ in prefix], reply_ids=[[] for _ in prefix]))
         observations.append(obs)
         infos.append(info)
     active = list(range(len(goals)))
     while active:
         for i in active:
-            trajs[i].turns.append(Turn(observations[i], prompt_actions(infos[i]["available_actions"]),
-                                       infos[i]["turns_left"]))
-        chats = [build_messages(trajs[i].turns, config.window) for i in active]
-        replies, logprobs = generate_replies(model, tokenizer, chats, sampling, config)
+            trajs[i].turns.append(_next_turn(observations[i], infos[i], sampling))
+        asking = [i for i in active if not trajs[i].turns[-1].explored]
+        answers = dict(zip(asking, zip(*_replies(model, tokenizer, [trajs[i].turns for i in asking], sampling,
+                                                 config)))) if asking else {}
         still = []
-        for i, reply, lp in zip(active, replies, logprobs):
+        for i in active:
+            reply, lp, ids = answers.get(i, (trajs[i].turns[-1].response, [], []))  # explored: nothing generated
             turn = trajs[i].turns[-1]
             turn.think, action, turn.format_ok = parse_response(reply)
             turn.response, turn.action = reply, action if turn.format_ok else ""
             trajs[i].sample_logprobs.append(lp)
+            trajs[i].reply_ids.append(ids)
             observations[i], reward, terminated, truncated, infos[i] = envs[i].step(turn.action)
             turn.valid = infos[i]["valid"]
             turn.reward = reward + (0.0 if turn.format_ok else config.format_penalty)
@@ -230,4 +280,12 @@ def _rollout_batch(model, tokenizer, goals, sampling, config, env_config, catalo
             ids, mask = encode_chat(tokenizer, chat)
             t.input_ids.append(ids)
             t.assistant_mask.append(mask)
+        t.token_mismatches = token_mismatches(t) if config.window == 1 else None
     return trajs
+
+
+def token_mismatches(trajectory: Trajectory) -> int:
+    """How many of the trajectory's generated replies are not, token for token, the assistant tokens of their chat
+    (one chat per turn): a decoded reply that re-encodes differently would be trained on tokens never sampled."""
+    return sum(bool(generated) and [i for i, m in zip(ids, mask) if m] != generated
+               for ids, mask, generated in zip(trajectory.input_ids, trajectory.assistant_mask, trajectory.reply_ids))

@@ -206,6 +206,35 @@ class OracleAgent(Agent):
         return "click[< prev]"
 
 
+EXPLAINED_PAGES = ("results", "item")
+"""Pages whose clicks ``explain`` words as the expert does (the info pages are never opened by the expert)."""
+_INFO_BUTTONS = {"click[description]", "click[features]", "click[reviews]"}
+
+
+def explorable_actions(available: list[str]) -> list[str]:
+    """The actions of a results or item page the expert's demonstrations use: every click but the info pages."""
+    return [a for a in available if a.startswith("click[") and a not in _INFO_BUTTONS]
+
+
+def explain(action: str, page: str) -> str:
+    """The think the expert writes for ``action`` on a ``page`` (``ExpertAgent.reason``'s words), for any click of
+    ``explorable_actions``: exploration writes replies in the demonstrations' format (notebook 04 section 5)."""
+    if page not in EXPLAINED_PAGES or not action.startswith("click[") or action in _INFO_BUTTONS:
+        raise ValueError(f"explain words the clicks of results and item pages, got {action!r} on a {page!r} page")
+    button = action[len("click["):-1]
+    if button == "next >":
+        return "nothing here fits the budget, try the next page"
+    if button == "back to search":
+        return "no result left to try"
+    if page == "results":
+        return "back to the item" if button == "< prev" else f"{button} matches the instruction best"
+    if button == "< prev":
+        return "too expensive, go back"
+    if button == "buy now":
+        return "options set and price ok, buy it"
+    return f"the instruction asks for {button}"
+
+
 AGENTS = {cls.name: cls for cls in (RandomAgent, RuleAgent, ExpertAgent, OracleAgent)}
 
 
