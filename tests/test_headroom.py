@@ -113,4 +113,26 @@ def test_the_first_decision_that_changes_decides():
     choices = target_choices(pd.concat([late, early]), betas=(0.1,))
     assert choices["changed"].all() and not choices["success"].any()  # turn 1 moved first, to a partial fix
     summary = headroom_summary(choices)
-    assert summary.loc[0.1, "one-step ceiling"] == 1.0 and summary.loc[0.1, "success of pi*'s change"] == 0.0
+    assert summary.loc[0.1, "one-step ceiling"] == 1.0 and summary.loc[0.1, "pi* success"] == 0.0
+
+
+def test_search_deviations_compare_each_sample_with_the_greedy_episode(ci_ref_dir, monkeypatch):
+    from apo_helpers.analysis.headroom import search_deviations
+
+    model, tokenizer = load_policy(ci_ref_dir, "cpu")
+    goals = list(default_catalog().split("train"))[:2]
+    monkeypatch.setattr(headroom, "rollout", expert_rollout)  # the expert plays greedy and sampled alike
+    rows = search_deviations(model, tokenizer, goals, P, samples=3)
+    assert len(rows) == 6 and list(rows["goal_index"]) == [g.index for g in goals for _ in range(3)]
+    assert rows["same_query"].all() and rows["same_actions"].all()
+    assert (rows["success"] == rows["greedy_success"]).all()
+
+
+def test_a_goal_without_decisions_counts_and_keeps_its_outcome():
+    stuck = pd.DataFrame([{"split": "train", "goal_index": 1, "greedy_success": False, "greedy_return": -0.3,
+                           "turn": -1, "page": "", "greedy_action": "", "action": "", "return": float("nan"),
+                           "success": False, "logp_greedy": float("nan"), "logp": float("nan")}])
+    solved = _state(-0.01, 1.0, [("click[b]", 0.5, -2.0)], greedy_success=True)
+    summary = headroom_summary(target_choices(pd.concat([stuck, solved]), betas=(0.1,)))
+    assert summary.loc[0.1, "goals"] == 2 and summary.loc[0.1, "greedy success"] == 0.5
+    assert summary.loc[0.1, "pi* changes a decision"] == 0.0 and summary.loc[0.1, "pi* success"] == 0.5

@@ -17,6 +17,9 @@ replays each greedy episode with pi*'s choice at every decision for several beta
 change that A*PO's own target asks for. The alternative's reply is one way of writing b (the expert's words), so
 log pi_ref(b|s) is a lower bound of the probability of choosing b, and a flip is counted conservatively.
 
+``search_deviations`` shows where sampling at temperature 1 spends its randomness: mostly on the search query,
+which the greedy policy already types right.
+
 ``python -m apo_helpers headroom --ref DIR --split train --goals 100 --save`` writes
 ``data/results/headroom_<profile>.csv``.
 """
@@ -32,7 +35,7 @@ from tqdm.auto import tqdm
 
 from ..config import Profile
 from ..policy.prompts import Turn, build_messages, encode_chat, format_response
-from ..policy.rollout import GREEDY, Trajectory, rollout
+from ..policy.rollout import GREEDY, Sampling, Trajectory, rollout
 from ..policy.scoring import collate, sequence_logprob_sums
 from ..webshop.agents import EXPLAINED_PAGES, explain, explorable_actions
 from ..webshop.catalog import Goal, default_catalog
@@ -40,6 +43,8 @@ from ..webshop.env import WebShopEnv
 
 HEADROOM_COLUMNS = ["split", "goal_index", "greedy_success", "greedy_return", "turn", "page", "greedy_action",
                     "action", "return", "success", "logp_greedy", "logp"]
+"""One row per (goal, decision, other click); a goal whose greedy episode never left the search page has one row
+with turn -1 and no action (it counts among the goals, with nothing to change)."""
 
 
 def _decisions(trajectory: Trajectory, env: WebShopEnv):
@@ -97,7 +102,13 @@ def one_step_alternatives(model, tokenizer, goals: list[Goal], profile: Profile,
     rows, prefixes, own_chats, chats = [], [], [], []
     for goal, t in zip(goals, greedy):
         env = WebShopEnv(split=goal.split, catalog=catalog, config=env_config)  # replays each alternative
-        for k, page, before in _decisions(t, WebShopEnv(split=goal.split, catalog=catalog, config=env_config)):
+        decisions = list(_decisions(t, WebShopEnv(split=goal.split, catalog=catalog, config=env_config)))
+        if not decisions:  # never left the search page: the goal counts, with nothing to change
+            rows.append({"split": goal.split, "goal_index": goal.index, "greedy_success": t.success,
+                         "greedy_return": t.reward, "turn": -1, "page": "", "greedy_action": "", "action": "",
+                         "return": float("nan"), "success": False, "own_chat": -1, "goal": goal, "prefix": None})
+            chats.append(None)
+        for k, page, before in decisions:
             own_chats.append(build_messages(t.turns[: k + 1], profile.policy.window, include_last_response=True))
             for action in explorable_actions(t.turns[k].actions):
                 if action == t.turns[k].action:
@@ -110,7 +121,7 @@ def one_step_alternatives(model, tokenizer, goals: list[Goal], profile: Profile,
                              "success": success, "own_chat": len(own_chats) - 1, "goal": goal,
                              "prefix": None if over else prefix})
                 chats.append(build_messages(prefix, profile.policy.window, include_last_response=True))
-    todo = [row for row in rows if row["prefix"] is not None]
+    todo = [row for row in rows if row["prefix"] is not None]  # the other rows' returns are known
     bar = tqdm(total=len(todo), desc="greedy play after one changed click", disable=not progress)
     continued = rollout(model, tokenizer, [row["goal"] for row in todo], GREEDY, profile.policy, env_config,
                         prefixes=[row["prefix"] for row in todo], progress=bar) if todo else []
@@ -118,8 +129,11 @@ def one_step_alternatives(model, tokenizer, goals: list[Goal], profile: Profile,
     for row, c in zip(todo, continued):
         row["return"], row["success"] = c.reward, c.success
     table = pd.DataFrame(rows, columns=[*HEADROOM_COLUMNS, "own_chat"])
-    table["logp_greedy"] = reply_logprobs(model, tokenizer, own_chats)[table["own_chat"].to_numpy(dtype=int)]
-    table["logp"] = reply_logprobs(model, tokenizer, chats)
+    scored = [k for k, chat in enumerate(chats) if chat is not None]
+    table["logp"] = np.nan
+    table.loc[scored, "logp"] = reply_logprobs(model, tokenizer, [chats[k] for k in scored])
+    own_logp = np.append(reply_logprobs(model, tokenizer, own_chats), np.nan)  # own_chat -1 (no decision): NaN
+    table["logp_greedy"] = own_logp[table["own_chat"].to_numpy(dtype=int)]
     return table[HEADROOM_COLUMNS]
 
 
@@ -134,7 +148,7 @@ def target_choices(table: pd.DataFrame, betas=(1.0, 0.3, 0.1, 0.03, 0.01)) -> pd
         fixable = not greedy_success and bool(goal_rows["success"].any())
         for beta in betas:
             changed, success = False, greedy_success
-            for _, state in goal_rows.groupby("turn", sort=True):
+            for _, state in goal_rows[goal_rows["turn"] >= 0].groupby("turn", sort=True):
                 own = state["logp_greedy"].iloc[0] + state["greedy_return"].iloc[0] / beta
                 scores = state["logp"] + state["return"] / beta
                 if scores.max() > own:
@@ -152,4 +166,21 @@ def headroom_summary(choices: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"goals": grouped.size(), "greedy success": grouped["greedy_success"].mean(),
                          "one-step ceiling": grouped.apply(lambda g: (g["greedy_success"] | g["fixable"]).mean()),
                          "pi* changes a decision": grouped["changed"].mean(),
-                         "success of pi*'s change": grouped["success"].mean()}).rename_axis("beta2")
+                         "pi* success": grouped["success"].mean()}).rename_axis("beta2")
+
+
+def search_deviations(model, tokenizer, goals: list[Goal], profile: Profile, samples: int = 4,
+                      temperature: float = 1.0) -> pd.DataFrame:
+    """Where sampling spends its randomness: ``samples`` episodes per goal at ``temperature`` against the greedy
+    episode of the same goal. One row per sampled episode: whether its search query is the greedy one, whether its
+    whole action sequence is, its reward and success."""
+    greedy = rollout(model, tokenizer, goals, GREEDY, profile.policy, profile.policy_env())
+    sampled = rollout(model, tokenizer, [g for g in goals for _ in range(samples)], Sampling(temperature=temperature),
+                      profile.policy, profile.policy_env())
+    rows = []
+    for k, t in enumerate(sampled):
+        g = greedy[k // samples]
+        rows.append({"goal_index": t.goal.index, "same_query": t.turns[0].action == g.turns[0].action,
+                     "same_actions": [u.action for u in t.turns] == [u.action for u in g.turns],
+                     "reward": t.reward, "success": t.success, "greedy_success": g.success})
+    return pd.DataFrame(rows)
