@@ -202,6 +202,10 @@ class APOConfig:
     policy's sample with this probability (``Sampling.explore``; the reply carries the expert's think for that click).
     A*PO's least squares needs no sampling probabilities, so such turns train like the others. The imitated pi_ref
     almost never samples the click that would fix a failed episode (notebook 04 section 5)."""
+    explore_once: bool = False
+    """With ``explore``: at most one drawn click per episode (``Sampling.explore_once``). The rest of the episode is
+    the policy's own play, so its return minus V* is, to a good approximation, the advantage of that one click: the
+    credit the trajectory-level regression cannot otherwise tell apart when several clicks were drawn."""
     beta2: float = 0.1
     """Weight of log(pi / pi_ref) in the regression (paper: 1e-3 for ~1k-token math answers)."""
     lr: float = 3e-4

@@ -210,7 +210,11 @@ def test_cache_key_depends_on_what_changes_vstar(models):
     assert base != cache_key(weights_hash(ref_model), goals, P.apo, 0, show_selected_options=True)
     greedy_search = cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, greedy_search=True), 0)
     explore = cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, greedy_search=True, explore=0.3), 0)
-    assert len({base, greedy_search, explore}) == 3
+    once = cache_key(weights_hash(ref_model), goals,
+                     dataclasses.replace(P.apo, greedy_search=True, explore=0.3, explore_once=True), 0)
+    assert len({base, greedy_search, explore, once}) == 4
+    # explore_once without explore draws nothing: the same samples, the same key
+    assert cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, explore_once=True), 0) == base
 
 
 def test_weights_hash_sees_one_changed_weight(models):

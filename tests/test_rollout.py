@@ -374,6 +374,24 @@ def test_explored_turns_are_written_for_a_drawn_click(scripted, tokenizer):
     assert any(u.explored for t in played[0] for u in t.turns)
 
 
+def test_explore_once_draws_one_click_per_episode(scripted, tokenizer):
+    """With ``explore_once`` the first results or item page is answered by a drawn click (explore=1.0), every
+    later page by the model; without it every such page is drawn."""
+    trained, demo, _ = scripted
+    policy = dataclasses.replace(P.policy, max_new_tokens=64)
+    seed_everything(2)
+    once = rollout(trained, tokenizer, [demo.goal] * 4, Sampling(greedy_pages=("search",), explore=1.0,
+                                                                 explore_once=True), policy, P.policy_env(), max_turns=5)
+    for t in once:
+        explored = [k for k, u in enumerate(t.turns) if u.explored]
+        assert explored == [1]  # turn 0 searches (greedy), turn 1 is the results page
+        assert all(lp for u, lp in zip(t.turns[2:], t.sample_logprobs[2:]) if not u.explored)  # generated
+    seed_everything(2)
+    every = rollout(trained, tokenizer, [demo.goal] * 4, Sampling(greedy_pages=("search",), explore=1.0), policy,
+                    P.policy_env(), max_turns=5)
+    assert any(sum(u.explored for u in t.turns) > 1 for t in every)
+
+
 # ---------------------------------------------------------------------------------------------- sampled = trained
 
 def test_training_chats_hold_the_sampled_tokens(scripted, tokenizer):

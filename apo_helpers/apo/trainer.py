@@ -430,12 +430,14 @@ class Trainer:
         kl = kl_estimate(inputs.token_logp, inputs.token_logp_ref, inputs.token_row, len(trajectories))
         entropy = inputs.entropy.mean() if inputs.entropy is not None else torch.tensor(float("nan"))
         # per trajectory: reward, success, invalid actions, turns, generated and trained tokens, log-ratio, entropy,
-        # generated replies and those trained on other tokens than were sampled (token_mismatches; NaN: not counted)
+        # generated replies and those trained on other tokens than were sampled (token_mismatches; NaN: not counted),
+        # turns answered by a drawn click (``explore``)
         rows = [[t.reward, float(t.success), t.invalid_actions, t.num_turns, t.generated_tokens, n, k, entropy.item(),
-                 sum(map(bool, t.reply_ids)), np.nan if t.token_mismatches is None else t.token_mismatches]
+                 sum(map(bool, t.reply_ids)), np.nan if t.token_mismatches is None else t.token_mismatches,
+                 sum(u.explored for u in t.turns)]
                 for t, n, k in zip(trajectories, inputs.tokens.tolist(), kl.tolist())]
         (reward, success, invalid, turns, generated, trained, log_ratio, entropies, replies,
-         mismatches) = self._gather(rows).T
+         mismatches, explored) = self._gather(rows).T
         if self.world > 1:
             stats = {name: self._mean_over_processes(torch.tensor(float(value), device=self.accelerator.device)).item()
                      for name, value in stats.items()}
@@ -447,6 +449,7 @@ class Trainer:
                 "turns": float(turns.mean()), "generated_tokens": int(generated.sum()),
                 "trained_tokens": int(trained.sum()), "grad_norm": float(grad_norm),
                 "token_mismatch_rate": float(mismatches.sum() / max(1, replies.sum())),
+                "explored_rate": float(explored.sum() / max(1, turns.sum())),
                 "lr": self.optimizer.param_groups[0]["lr"], **timings, "seconds": time.perf_counter() - start,
                 **stats}
 

@@ -84,6 +84,8 @@ def cache_key(ref_hash: str, goals: list[Goal], config: APOConfig, seed: int,
         spec["greedy_search"] = True
     if config.explore:
         spec["explore"] = config.explore
+    if config.explore and config.explore_once:
+        spec["explore_once"] = True
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -121,9 +123,10 @@ def vstar_table(goals: list[Goal], rewards: list[list[float]], beta1: float) -> 
 
 def rollout_sampling(config: APOConfig, temperature: float) -> Sampling:
     """How stage 1 and stage 2 draw episodes: at ``temperature``, with the search query typed greedily when
-    ``config.greedy_search`` (exploration only at the clicks), and clicks drawn at random at rate ``config.explore``."""
+    ``config.greedy_search`` (exploration only at the clicks), and clicks drawn at random at rate ``config.explore``
+    (at most one per episode with ``config.explore_once``)."""
     return Sampling(temperature=temperature, greedy_pages=("search",) if config.greedy_search else (),
-                    explore=config.explore)
+                    explore=config.explore, explore_once=config.explore_once)
 
 
 def sample_rewards(model, tokenizer, goals: list[Goal], samples: int, profile: Profile, temperature: float = 1.0,

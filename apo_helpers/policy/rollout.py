@@ -45,6 +45,10 @@ class Sampling:
     uniformly from the page's ``explorable_actions``, written with the expert's think for it (``explain``); such a
     turn is marked ``explored``. A near-deterministic policy then also tries the clicks it would almost never
     sample (notebook 04 section 5)."""
+    explore_once: bool = False
+    """Draw at most one click per episode (``explore`` is then the chance at each results or item page until one
+    is drawn): the episode's return then judges that one click against what the policy makes of the rest, instead
+    of several random clicks at once."""
 
 
 GREEDY = Sampling(greedy=True)
@@ -211,13 +215,15 @@ def _replay(env: WebShopEnv, goal: Goal, prefix: list[Turn]):
     return obs, info
 
 
-def _next_turn(observation: str, info: dict, sampling: Sampling) -> Turn:
-    """The turn the page opens: greedy or sampled (``greedy_pages``), or explored, its reply already written."""
+def _next_turn(observation: str, info: dict, sampling: Sampling, explored_before: bool = False) -> Turn:
+    """The turn the page opens: greedy or sampled (``greedy_pages``), or explored, its reply already written.
+    ``explored_before``: the episode already has an explored turn (none more with ``Sampling.explore_once``)."""
     page = info["page"]
     turn = Turn(observation, prompt_actions(info["available_actions"]), info["turns_left"],
                 greedy=sampling.greedy or page in sampling.greedy_pages)
+    may_explore = sampling.explore and not (sampling.explore_once and explored_before)
     # torch's generator draws, so that seeding and checkpoints cover exploration; none is drawn when explore == 0
-    if not turn.greedy and sampling.explore and page in EXPLAINED_PAGES and torch.rand(()).item() < sampling.explore:
+    if not turn.greedy and may_explore and page in EXPLAINED_PAGES and torch.rand(()).item() < sampling.explore:
         options = explorable_actions(turn.actions)
         action = options[int(torch.randint(len(options), ()))]
         turn.response, turn.explored = format_response(explain(action, page), action), True
@@ -252,7 +258,8 @@ def _rollout_batch(model, tokenizer, goals, sampling, config, env_config, catalo
     active = list(range(len(goals)))
     while active:
         for i in active:
-            trajs[i].turns.append(_next_turn(observations[i], infos[i], sampling))
+            explored_before = any(u.explored for u in trajs[i].turns)
+            trajs[i].turns.append(_next_turn(observations[i], infos[i], sampling, explored_before))
         asking = [i for i in active if not trajs[i].turns[-1].explored]
         answers = dict(zip(asking, zip(*_replies(model, tokenizer, [trajs[i].turns for i in asking], sampling,
                                                  config)))) if asking else {}
