@@ -53,7 +53,7 @@ print(f"profile {profile.name} on {device()}")
 # | objective | loss | samples per goal | needs |
 # |---|---|---|---|
 # | `apo` | mean (β₂ log π/π_ref − (r − V*))² | 1 | π_ref, V* (stage 1) |
-# | `apo_split` | `apo`'s least squares on each part of a trajectory cut at its first item page (notebook 04 section 5; not in the comparison below) | 1 | π_ref, V*, π_ref continuations from the item page |
+# | `apo_split` | `apo`'s least squares on each part of a trajectory cut at its first item page (notebook 04 section 6; not in the comparison below) | 1 | π_ref, V*, π_ref continuations from the item page |
 # | `grpo` | −mean_tokens min(ρA, clip(ρ, 1±ε)A), A = (r − mean_group)/std_group | n (8) | (π_ref for an optional KL) |
 # | `ppo` | clipped ratio with A = G − V (GAE over turns, γ = λ = 1) + c·(V − G)² | 1 | a critic |
 # | `starpo_s` | `grpo` on the 25% of goals with the highest reward variance | n (8) | |
@@ -249,27 +249,33 @@ if history_path.exists():
     drift = last.groupby("objective", sort=False)[["reward", "kl", "invalid_rate"]].mean()
     drift.columns = ["reward (last 5 it.)", "KL to π_ref (last 5 it.)", "invalid rate (last 5 it.)"]
     display(drift.round(3))
-    runaway = drift.index[drift["KL to π_ref (last 5 it.)"] > 50].tolist()
+    per_seed = last.groupby(["objective", "seed"], sort=False)["kl"].mean()  # a mean over seeds hides one runaway
+    runaway = (per_seed > 50).groupby(level="objective", sort=False).agg(["sum", "size"])
+    runaway = runaway[runaway["sum"] > 0]
     held = drift.index[drift["KL to π_ref (last 5 it.)"].abs() <= 5].tolist()
-    display(Markdown(f"Objectives whose KL to π_ref ran past 50 nats: {', '.join(f'`{o}`' for o in runaway) or 'none'}; "
-                     f"held within 5 nats: {', '.join(f'`{o}`' for o in held) or 'none'}."))
+    display(Markdown(f"Runs whose KL to π_ref ran past 50 nats: "
+                     f"{', '.join(f'`{o}` {r.sum} of {r.size} seeds' for o, r in runaway.iterrows()) or 'none'}; "
+                     f"objectives held within 5 nats on average: {', '.join(f'`{o}`' for o in held) or 'none'}."))
 else:
     print("no committed training histories: python -m apo_helpers compare --profile class --seeds 0 1 2 --save")
 
 # %% [markdown]
 # How to read it. A*PO's loss regresses β₂·log(π/π_ref) onto r − V*: a trajectory can only move as far from π_ref
 # as its advantage justifies, so the log-ratio stays bounded by construction; `kl_pg` carries log(π_ref/π) inside
-# its advantage and a KL term beside it. The two that collapsed share one trait in this setting: early on, nearly
-# every sampled trajectory is pushed up. `ppo`'s critic starts at V = 0 and learns slowly (its `value` column in the
-# run's history.csv climbs over the first ten or so iterations while the reward sits well above it), so its
-# advantages G − V are mostly positive returns, not a comparison with a baseline; with one optimizer step per batch
-# the ratio never leaves the clip range, so clipping cannot stop the drift either. `weighted_sft`'s weights are
-# never below 0.1: it imitates everything it sampled at temperature 1.0, the better trajectories more, and its
-# small KL term was no match. Reinforcing one's own samples without a baseline walks the policy away from π_ref;
-# once the walk reaches the action grammar, invalid actions climb and the reward falls below zero (format
-# penalties). GRPO and StarPO-S drift moderately: their advantages have zero mean within each goal's group. A
-# learning rate or KL weight tuned per method, or a critic warmed up before the policy moves, might save PPO; this
-# comparison keeps one learning rate and budget for all, and its verdict is about that setting.
+# its advantage and a KL term beside it; GRPO's and StarPO-S's advantages have zero mean within each goal's group.
+# `ppo` is the one whose seeds can disagree: its critic starts at V = 0 and learns slowly (its `value` column in the
+# run's history.csv), so its first advantages G − V are mostly positive returns, not a comparison with a baseline,
+# and with one optimizer step per batch the ratio never leaves the clip range, so clipping cannot stop a drift.
+# Reinforcing one's own samples without a baseline walks the policy away from π_ref; when the walk reaches the
+# action grammar, invalid actions climb and the reward falls below zero (format penalties). The line above says in
+# how many seeds that happened. `weighted_sft` imitates everything it sampled, the better trajectories more, and
+# stays near π_ref here.
+#
+# Before the tokenization fix of notebook 04 section 2, `ppo` and `weighted_sft` collapsed in every seed: every
+# update then raised token sequences the model never samples, and the two objectives that push up nearly every
+# sampled trajectory drifted furthest. A learning rate or KL weight tuned per method, or a critic warmed up before
+# the policy moves, might steady PPO; this comparison keeps one learning rate and budget for all, and its verdict is
+# about that setting.
 
 # %% [markdown]
 # ## 5. Exercises

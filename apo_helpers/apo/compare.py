@@ -32,7 +32,7 @@ USES_VSTAR = {"apo", "apo_split", "kl_pg", "weighted_sft"}
 """Objectives whose targets use stage 1's V* (they pay for it)."""
 COMPARED_OBJECTIVES = ["apo", "grpo", "ppo", "starpo_s", "kl_pg", "weighted_sft"]
 """What ``compare`` runs by default (notebook 05): A*PO and the baselines; ``apo_split``, this project's variant for
-the item-page decision, is studied in notebook 04 section 5 instead."""
+the item-page decision, is studied in notebook 04 section 6 instead."""
 
 
 def run_one(objective: str, seed: int, profile: str, out: Path, ref: str | None, vstar: str,

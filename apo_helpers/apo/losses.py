@@ -6,7 +6,7 @@ log-probabilities under the policy and pi_ref, rewards, V*; for PPO also per-tur
 
 - ``apo``: A*PO stage 2, least squares on log(pi / pi_ref) (arXiv 2505.20686);
 - ``apo_split``: the same least squares with each trajectory cut at its first item page, whose V* comes from
-  pi_ref's continuations (``apo.turn_credit``; this project's variant, notebook 04 section 5);
+  pi_ref's continuations (``apo.turn_credit``; this project's variant, notebook 04 section 6);
 - ``grpo``: group-normalised advantages, clipped ratio, optional KL to pi_ref (DeepSeekMath, arXiv 2402.03300);
 - ``ppo``: RAGEN's StarPO with a critic: turn-level GAE, clipped ratio, value loss (arXiv 2504.20073);
 - ``starpo_s``: ``grpo`` on the goals whose rewards vary most (StarPO-S's filter, arXiv 2504.20073);

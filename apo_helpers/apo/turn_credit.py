@@ -1,4 +1,4 @@
-"""Credit at the item page: V* of the state where the agent decides what to buy (notebook 04, section 5).
+"""Credit at the item page: V* of the state where the agent decides what to buy (notebook 04, section 6).
 
 A*PO regresses beta2 * log pi/pi_ref of a WHOLE trajectory onto r - V*(x). The log-ratio is a sum over turns, and
 so is the target once the value of an intermediate state s_k is known:
