@@ -220,6 +220,30 @@ def cmd_headroom(args) -> int:
     return 0
 
 
+def cmd_corrections(args) -> int:
+    """The results-page choice taught directly: pi_ref fine-tuned on every branched goal's successful click, against
+    pi_ref and a control without the corrections (analysis.corrections)."""
+    from .analysis.corrections import correction_experiment, correction_goals
+    from .policy.models import with_rendering
+
+    profile = get_profile(args.profile)
+    ref = _reference_arg(args, profile)
+    profile = with_rendering(profile, ref)
+    if not len(args.steps) == len(args.lr) == len(args.replay):
+        raise ValueError(f"--steps, --lr and --replay go together, one value each per setting: got {len(args.steps)} "
+                         f"steps, {len(args.lr)} learning rates and {len(args.replay)} replay flags")
+    settings = list(zip(args.steps, args.lr, map(bool, args.replay)))
+    result = correction_experiment(ref, correction_goals(profile, args.goals), profile, settings,
+                                   progress=not args.json)
+    result = {"profile": profile.name, "ref": Path(ref).name, **result}
+    print(json.dumps(result) if args.json else json.dumps(result, indent=1))
+    if args.save:
+        path = RESULTS_DIR / f"corrections_{profile.name}.json"
+        atomic_write_text(path, json.dumps(result, indent=1) + "\n")
+        print(f"saved {path}")
+    return 0
+
+
 def cmd_decisions(args) -> int:
     """The item-page decision of several policies at the same item pages (those one policy reaches greedily), and
     each policy's greedy episodes by the number of options their goals ask for."""
@@ -512,6 +536,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="with --save: headroom_<name>_<profile>.csv")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_headroom)
+
+    p = sub.add_parser("corrections", help="the results-page choice taught directly: pi_ref fine-tuned on the clicks "
+                                           "that solve its failed goals, evaluated on val")
+    p.add_argument("--ref", default=None, help="the policy (default: runs/pi_ref_<profile>)")
+    p.add_argument("--goals", type=int, default=1000, help="train goals after the demonstrations to branch")
+    p.add_argument("--steps", type=int, nargs="+", default=[300, 600, 600],
+                   help="fine-tuning steps of 16 chats, one per setting")
+    p.add_argument("--lr", type=float, nargs="+", default=[1e-4, 1e-3, 1e-3],
+                   help="peak fine-tuning learning rate, one per setting (paired with --steps)")
+    p.add_argument("--replay", type=int, choices=(0, 1), nargs="+", default=[0, 0, 1],
+                   help="1: mix pi_ref's demonstrations into the fine-tuning batches, one per setting")
+    p.add_argument("--profile", default=None, help="ci | class | gpu (default: $APO_PROFILE or class)")
+    p.add_argument("--save", action="store_true", help="write data/results/corrections_<profile>.json")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_corrections)
 
     p = sub.add_parser("decisions", help="how likely each policy clicks an option at the same item pages, and how "
                        "far its own greedy episodes get with the options")
