@@ -74,7 +74,7 @@ if seeds is not None:
                      "notes": f"mean of {len(runs)} seeds (std {runs['test_success'].std(ddof=0):.3f}); interval over "
                               f"the pooled {n} episodes; from pi_ref (notebook 04)"})
 sloppy_path = RESULTS_DIR / "apo_sloppy_class_seeds.csv"
-if sloppy_path.exists():  # notebook 04 section 5: a pi_ref whose demonstrations ignored options half the time
+if sloppy_path.exists():  # notebook 04 section 6: a pi_ref whose demonstrations ignored options half the time
     start = pd.read_csv(sloppy_path).query("objective == 'pi_ref'").iloc[0]
     rows.append({"method": "pi_ref (options ignored)", "success_rate": start["test_success"],
                  "success_ci95": ci(start["test_success"], 200), "mean_score": start["test_score"],
@@ -92,9 +92,9 @@ for path, objective in [(sloppy_path, "apo"), (RESULTS_DIR / "apo_split_sloppy_c
                  "train_seconds": runs["train_seconds"].mean(),
                  "notes": f"mean of {len(runs)} seeds (std {runs['test_success'].std(ddof=0):.3f}), "
                           f"{int(runs['iterations'].iloc[0])} iterations; interval over the pooled {n} episodes "
-                          f"(notebook 04 section 5)"})
+                          f"(notebook 04 section 6)"})
 selected_path = RESULTS_DIR / "apo_sloppy_selected_class_seeds.csv"
-if selected_path.exists():  # notebook 04 section 5: the same demonstrations on item pages that show the selection
+if selected_path.exists():  # notebook 04 section 6: the same demonstrations on item pages that show the selection
     selected = pd.read_csv(selected_path)
     start = selected.query("objective == 'pi_ref'").iloc[0]
     rows.append({"method": "pi_ref (options ignored, selection shown)", "success_rate": start["test_success"],
@@ -110,7 +110,7 @@ if selected_path.exists():  # notebook 04 section 5: the same demonstrations on 
                  "invalid_rate": runs["test_invalid_rate"].mean(), "train_seconds": runs["train_seconds"].mean(),
                  "notes": f"mean of {len(runs)} seeds (std {runs['test_success'].std(ddof=0):.3f}), "
                           f"{int(runs['iterations'].iloc[0])} iterations; interval over the pooled {n} episodes "
-                          f"(notebook 04 section 5)"})
+                          f"(notebook 04 section 6)"})
 compare_path = RESULTS_DIR / "compare_class_summary.csv"
 compare_table = pd.read_csv(compare_path) if compare_path.exists() else None
 if compare_table is not None:
@@ -159,7 +159,7 @@ if "pi_ref (options ignored)" in get.index:
     trained = [f"{m.split(' ')[0]} {get.loc[m, 'success_rate']:.1%} ({get.loc[m, 'success_rate'] - start:+.1%})"
                for m in get.index if m.endswith("(from pi_ref, options ignored)")]
     lines.append(f"- From the π_ref whose demonstrations ignored the options half the time ({start:.1%}): "
-                 f"{', '.join(trained)}; the target was +10 points (notebook 04 section 5).")
+                 f"{', '.join(trained)}; the target was +10 points (notebook 04 section 6).")
 if "pi_ref (options ignored, selection shown)" in get.index:
     start = get.loc["pi_ref (options ignored, selection shown)", "success_rate"]
     trained = get.loc["apo (from pi_ref, options ignored, selection shown)"]
@@ -191,6 +191,27 @@ if compare_table is not None:
                      f"{cost['apo']:.1f} s, GRPO {cost['grpo']:.1f} s (GRPO/A*PO = {ratio:.2f}: {reading}); over the "
                      f"comparison's {iterations:.0f} iterations with A*PO's stage 1 added in, GRPO/A*PO = "
                      f"{with_stage1:.2f}.")
+headroom_path = RESULTS_DIR / "headroom_class.csv"
+if headroom_path.exists():  # notebook 04 section 5: what A*PO's target would change in pi_ref's greedy episodes
+    from apo_helpers.analysis.headroom import headroom_summary, target_choices
+
+    beta2 = get_profile("class").apo.beta2
+    at = headroom_summary(target_choices(pd.read_csv(headroom_path), (beta2,))).iloc[0]
+    lines.append(f"- On {at['goals']:.0f} stage-1 goals, one changed click in π_ref's greedy episode would raise success "
+                 f"from {at['greedy success']:.1%} to {at['one-step ceiling']:.1%}; A*PO's exact target at β₂ = "
+                 f"{beta2:g} changes a decision on {at['pi* changes a decision']:.1%} of them, for "
+                 f"{at['pi* success']:.1%} (notebook 04 section 5).")
+corrections_path = RESULTS_DIR / "corrections_class.json"
+if corrections_path.exists():  # notebook 04 section 5: pi_ref fine-tuned on the clicks that solve its failed goals
+    corrections = json.loads(corrections_path.read_text())
+    tuned = [r for r in corrections["runs"] if r["labels"] == "with corrections"]
+    lines.append(f"- π_ref fine-tuned on the successful results-page click of {corrections['goals']} train goals "
+                 f"({corrections['corrected_goals']} of them corrections of its own click): greedy val success "
+                 f"{corrections['pi_ref']['val_success']:.1%} -> " + ", ".join(
+                     f"{r['val_success']:.1%} ({r['steps']} steps at lr {r['lr']:g}"
+                     f"{', mixed into its demonstrations' if r.get('replay') else ''})" for r in tuned) +
+                 "; on the branched goals themselves " + f"{corrections['pi_ref']['branched_goals_success']:.1%} -> "
+                 + ", ".join(f"{r['branched_goals_success']:.1%}" for r in tuned) + " (notebook 04 section 5).")
 pretrained_path = RESULTS_DIR / "pretrained_class.csv"
 if pretrained_path.exists():
     smol = pd.read_csv(pretrained_path)
@@ -212,7 +233,7 @@ display(Markdown("\n".join(lines)))
 # ## 3. Key figures
 
 # %%
-for name in ["01_baselines", "02_pi_ref_test", "03_vstar_distribution", "04_apo_seeds", "05_compare_curves",
+for name in ["01_baselines", "02_pi_ref_test", "03_vstar_distribution", "04_apo_seeds", "04_headroom", "05_compare_curves",
              "05_compare_dynamics", "06_failure_classes"]:
     path = FIGURES_DIR / f"{name}.png"
     if path.exists():
