@@ -46,7 +46,7 @@ from apo_helpers.apo.sft import load_or_train_reference, reference_dir
 from apo_helpers.apo.trainer import Trainer, fit_one_batch, load_models, objective_inputs
 from apo_helpers.apo.vstar import stage1
 from apo_helpers.policy.rollout import rollout, Sampling
-from apo_helpers.analysis.evaluate import evaluate_policy, summary_table
+from apo_helpers.analysis.evaluate import evaluate_policy, summary_table, wilson_interval
 from apo_helpers.analysis.viewer import EpisodeViewer, episodes_html
 from apo_helpers.analysis import plots
 
@@ -430,8 +430,6 @@ if corrections_path.exists():
     print(f"{corrections['goals']} branched goals: π_ref's own click solves {corrections['greedy_success']:.3f}, "
           f"some click solves {corrections['solved_by_some_click']:.3f} ({corrections['corrected_goals']} goals "
           f"corrected); the branched goals evaluated are the first {corrections['fit_goals']}")
-    from apo_helpers.analysis.evaluate import wilson_interval
-
     base = corrections["pi_ref"]["val_success"]
     low, high = wilson_interval(round(base * 200), 200)
     for run in corrections["runs"]:

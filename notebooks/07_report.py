@@ -209,7 +209,7 @@ if corrections_path.exists():  # notebook 04 section 5: pi_ref fine-tuned on the
                  f"({corrections['corrected_goals']} of them corrections of its own click): greedy val success "
                  f"{corrections['pi_ref']['val_success']:.1%} -> " + ", ".join(
                      f"{r['val_success']:.1%} ({r['steps']} steps at lr {r['lr']:g}"
-                     f"{', mixed into its demonstrations' if r.get('replay') else ''})" for r in tuned) +
+                     f"{', mixed into its demonstrations' if r['replay'] else ''})" for r in tuned) +
                  "; on the branched goals themselves " + f"{corrections['pi_ref']['branched_goals_success']:.1%} -> "
                  + ", ".join(f"{r['branched_goals_success']:.1%}" for r in tuned) + " (notebook 04 section 5).")
 pretrained_path = RESULTS_DIR / "pretrained_class.csv"
@@ -233,8 +233,8 @@ display(Markdown("\n".join(lines)))
 # ## 3. Key figures
 
 # %%
-for name in ["01_baselines", "02_pi_ref_test", "03_vstar_distribution", "04_apo_seeds", "04_headroom", "05_compare_curves",
-             "05_compare_dynamics", "06_failure_classes"]:
+for name in ["01_baselines", "02_pi_ref_test", "03_vstar_distribution", "04_apo_seeds", "04_headroom",
+             "05_compare_curves", "05_compare_dynamics", "06_failure_classes"]:
     path = FIGURES_DIR / f"{name}.png"
     if path.exists():
         display(Markdown(f"**{name}**"), Image(filename=str(path), width=720))

@@ -85,8 +85,8 @@ def test_the_experiment_reports_pi_ref_and_both_fine_tunings(ci_ref_dir, monkeyp
     monkeypatch.setattr(corrections, "rollout", expert_rollout)
     monkeypatch.setattr(corrections, "evaluate_policy", lambda *a, **k: (_Summary(), None))
     goals = list(default_catalog().split("train"))[:3]
-    result = correction_experiment(ci_ref_dir, goals, P, settings=[(2, 1e-4, False), (3, 1e-3, True)], val_goals=2, fit_goals=2,
-                                   progress=False)
+    result = correction_experiment(ci_ref_dir, goals, P, settings=[(2, 1e-4, False), (3, 1e-3, True)], val_goals=2,
+                                   fit_goals=2, progress=False)
     assert result["goals"] == 3 and result["greedy_success"] == 1.0  # the expert solves them with its own click
     assert result["corrected_goals"] == 0 and result["fit_goals"] == 2
     assert result["pi_ref"] == {"val_success": 0.5, "val_score": 0.75, "branched_goals_success": 1.0}

@@ -380,8 +380,8 @@ def test_explore_once_draws_one_click_per_episode(scripted, tokenizer):
     trained, demo, _ = scripted
     policy = dataclasses.replace(P.policy, max_new_tokens=64)
     seed_everything(2)
-    once = rollout(trained, tokenizer, [demo.goal] * 4, Sampling(greedy_pages=("search",), explore=1.0,
-                                                                 explore_once=True), policy, P.policy_env(), max_turns=5)
+    once_sampling = Sampling(greedy_pages=("search",), explore=1.0, explore_once=True)
+    once = rollout(trained, tokenizer, [demo.goal] * 4, once_sampling, policy, P.policy_env(), max_turns=5)
     for t in once:
         explored = [k for k, u in enumerate(t.turns) if u.explored]
         assert explored == [1]  # turn 0 searches (greedy), turn 1 is the results page

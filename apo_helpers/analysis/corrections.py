@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from ..apo.sft import expert_demonstrations, imitate, tokenize_demonstrations
 from ..apo.turn_credit import require_turn_chats
+from ..apo.vstar import stage1_goals
 from ..config import Profile, seed_everything
 from ..policy.models import load_policy
 from ..policy.prompts import Turn, build_messages, encode_chat
@@ -120,9 +121,9 @@ def imitate_choices(ref_dir, labelled: list[list[Turn]], profile: Profile, steps
 def correction_experiment(ref_dir, goals: list[Goal], profile: Profile, settings=((300, 1e-4, False),),
                           val_goals: int = 200, fit_goals: int = 200, progress: bool = True) -> dict:
     """Branch the results page of ``goals``, then, for each ``(steps, lr, replay)`` of ``settings``, fine-tune
-    pi_ref on the labelled turns with and without the corrections (``imitate_choices``). Greedy success of pi_ref and of every fine-tuned copy on
-    ``val_goals`` val goals and on the first ``fit_goals`` branched goals (how far the labels were fitted); one entry
-    of ``runs`` per fine-tuned copy."""
+    pi_ref on the labelled turns with and without the corrections (``imitate_choices``). Greedy success of pi_ref
+    and of every fine-tuned copy on ``val_goals`` val goals and on the first ``fit_goals`` branched goals (how far
+    the labels were fitted); one entry of ``runs`` per fine-tuned copy."""
     model, tokenizer = load_policy(ref_dir)
     table, prefixes = branch_results(model, tokenizer, goals, profile, progress)
     branched = table.drop_duplicates(["split", "goal_index"])
@@ -141,9 +142,10 @@ def correction_experiment(ref_dir, goals: list[Goal], profile: Profile, settings
               "greedy_success": float(own.mean()), "solved_by_some_click": float(solved.mean()),
               "corrected_goals": int((solved & ~own).sum()), "fit_goals": len(fit_set),
               "pi_ref": greedy_success(model, tokenizer), "runs": []}
+    label_sets = {"with corrections": labelled_turns(table, prefixes),
+                  "own clicks only": labelled_turns(table, prefixes, corrections=False)}
     for steps, lr, replay in settings:
-        for labels, with_corrections in (("with corrections", True), ("own clicks only", False)):
-            labelled, corrected = labelled_turns(table, prefixes, with_corrections)
+        for labels, (labelled, corrected) in label_sets.items():
             tuned, tuned_tokenizer, history = imitate_choices(ref_dir, labelled, profile, steps, lr, replay=replay,
                                                               progress=progress)
             result["runs"].append({"labels": labels, "steps": steps, "lr": lr, "replay": bool(replay),
@@ -155,6 +157,4 @@ def correction_experiment(ref_dir, goals: list[Goal], profile: Profile, settings
 
 def correction_goals(profile: Profile, count: int) -> list[Goal]:
     """The train goals after the demonstrations (stage 1's goals and the ones after them)."""
-    from ..apo.vstar import stage1_goals
-
     return stage1_goals(dataclasses.replace(profile, apo=dataclasses.replace(profile.apo, vstar_goals=count)))

@@ -1,4 +1,5 @@
-"""The item-page decision, probed: how likely each policy is to click an option at the SAME item pages (notebook 04 section 6).
+"""The item-page decision, probed: how likely each policy is to click an option at the SAME item pages (notebook 04
+section 6).
 
 Greedy success only changes where a policy's most likely reply changes. This probe holds the state fixed: the
 first item page of each greedy episode of one policy (``item_page_states``, by default pi_ref's) on goals that ask
