@@ -339,6 +339,14 @@ def with_overrides(profile, settings: list[str]):
     return dataclasses.replace(profile, apo=dataclasses.replace(profile.apo, **changes))
 
 
+def apo_overrides(profile: Profile) -> str:
+    """The ``apo`` fields in which ``profile`` differs from the profile of its name, as ``name=value`` words
+    (``""`` when none): recorded beside a run's results so that a table says which recipe made it."""
+    base = PROFILES[profile.name].apo if profile.name in PROFILES else APOConfig()
+    return " ".join(f"{f.name}={getattr(profile.apo, f.name)}" for f in dataclasses.fields(APOConfig)
+                    if getattr(profile.apo, f.name) != getattr(base, f.name))
+
+
 def figures_dir(profile_name: str | None = None) -> Path:
     """Where notebooks save figures: ``figures/`` under the ``class`` profile (the committed figures, made by the
     committed run), ``runs/figures_<profile>/`` under the others, so that ``make test`` (ci) leaves them alone."""

@@ -538,12 +538,15 @@ def test_train_run_resumes_a_finished_run_without_training(ref_dir, vstar, tmp_p
 
 def test_set_overrides_apo_fields():
     from apo_helpers.__main__ import with_overrides
+    from apo_helpers.config import apo_overrides
 
     changed = with_overrides(P, ["beta2=0.01", "temperature=0.7", "drop_unsolved=true", "logprob_tokens=answer",
                                  "iterations=7"])
     assert (changed.apo.beta2, changed.apo.temperature, changed.apo.drop_unsolved) == (0.01, 0.7, True)
     assert (changed.apo.logprob_tokens, changed.apo.iterations) == ("answer", 7)
     assert with_overrides(P, []) == P
+    assert apo_overrides(P) == ""
+    assert apo_overrides(with_overrides(P, ["greedy_search=true", "lr=0.0001"])) == "greedy_search=True lr=0.0001"
     for bad, message in [("beta3=1", "APOConfig"), ("beta2", "name=value"), ("iterations=many", "int"),
                          ("drop_unsolved=maybe", "true or false")]:
         with pytest.raises(ValueError, match=message):

@@ -23,7 +23,11 @@ def test_trained_table_gives_mean_spread_and_reference(tmp_path):
     lines = table.splitlines()
     assert lines[2].startswith("| pi_ref (start) | full expert |") and "38.5%" in lines[2]
     assert lines[3].startswith("| apo | full expert | 3 | 45.0% ± 4.1% | 40.0%, 45.0%, 50.0% |")
-    assert lines[3].endswith("| 10.0 | apo |")  # minutes per seed, the table the row comes from
+    assert lines[3].endswith("| 10.0 | apo | not recorded |")  # minutes per seed, the table, the --set changes
+    _seeds(tmp_path / "apo_class_seeds.csv", "apo", [0.40], apo_overrides=None)  # run on the profile's settings
+    assert trained_table(tmp_path).splitlines()[3].endswith("| apo | none |")
+    _seeds(tmp_path / "apo_class_seeds.csv", "apo", [0.40], apo_overrides="greedy_search=True lr=0.001")
+    assert trained_table(tmp_path).splitlines()[3].endswith("| apo | `greedy_search=True lr=0.001` |")
 
 
 def test_trained_table_keeps_each_pi_ref_with_its_runs(tmp_path):

@@ -89,10 +89,20 @@ def bench_rollout_table(results: Path = RESULTS_DIR) -> str | None:
     return _markdown(table)
 
 
+def _recipe(runs: pd.DataFrame) -> str:
+    """The runs' ``--set`` changes to the profile (``apo_overrides`` in their metrics): ``none`` when they ran on the
+    profile's settings, ``not recorded`` for tables written before runs recorded them."""
+    if "apo_overrides" not in runs:
+        return "not recorded"
+    changes = runs["apo_overrides"].dropna()
+    return f"`{changes.iloc[0]}`" if len(changes) and changes.iloc[0] else "none"
+
+
 def trained_table(results: Path = RESULTS_DIR) -> str | None:
     """Per pi_ref (the ``*_class_seeds.csv`` files grouped by their demonstrations and item pages): pi_ref's row
     once, then one row per trained objective of any of its files (mean and spread over seeds); the demonstrations
-    column tells the pi_refs apart, the table column the runs of one objective (``train --name``)."""
+    column tells the pi_refs apart, the table column the runs of one objective (``train --name``), the last column
+    the ``--set`` changes they ran with."""
     paths = sorted(results.glob("*_class_seeds.csv"))
     if not paths:
         return None
@@ -113,7 +123,7 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
         rows.append({"policy": "pi_ref (start)", "demonstrations": demos, "seeds": "-",
                      "test success (mean ± std over seeds)": f"{ref['test_success']:.1%}", "per seed": "-",
                      "test mean score": f"{ref['test_score']:.3f}", "mean steps": f"{ref['test_steps']:.2f}",
-                     "iterations": 0, "training minutes per seed (CPU)": "-", "table": "-"})
+                     "iterations": 0, "training minutes per seed (CPU)": "-", "table": "-", "APOConfig changes": "-"})
         for df in frames:
             for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
                 rows.append({"policy": objective, "demonstrations": demos, "seeds": len(runs),
@@ -124,7 +134,7 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
                              "mean steps": f"{runs['test_steps'].mean():.2f}",
                              "iterations": int(runs["iterations"].iloc[0]),
                              "training minutes per seed (CPU)": f"{runs['train_seconds'].mean() / 60:.1f}",
-                             "table": stems[id(df)]})
+                             "table": stems[id(df)], "APOConfig changes": _recipe(runs)})
     return _markdown(pd.DataFrame(rows))
 
 

@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 
 from ..analysis.evaluate import evaluate_policy
 from ..analysis.failures import OPTION_RATES, option_columns
-from ..config import Profile, device as default_device, seed_everything
+from ..config import Profile, apo_overrides, device as default_device, seed_everything
 from ..files import atomic_write_text
 from ..policy.prompts import encode_chat, episode_chats
 from ..policy.rollout import Trajectory, rollout
@@ -666,7 +666,7 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
     state = trainer.run(progress)
     test = trainer.evaluate("test", profile.apo.test_episodes)
     metrics = {"objective": objective, "seed": seed, "profile": profile.name, "iterations": state.iteration,
-               "ref": Path(ref_dir).name, "demo_skip_options": _demo_skip_options(ref_dir),
+               "ref": Path(ref_dir).name, "apo_overrides": apo_overrides(profile), "demo_skip_options": _demo_skip_options(ref_dir),
                "show_selected_options": profile.policy.show_selected_options,
                "test_success": test["success"], "test_score": test["score"], "test_steps": test["steps"],
                "test_invalid_rate": test["invalid_rate"], **{f"test_{k}": test[k] for k in OPTION_RATES},
