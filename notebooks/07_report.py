@@ -81,12 +81,19 @@ if sloppy_path.exists():  # notebook 04 section 6: a pi_ref whose demonstrations
                  "mean_steps": start["test_steps"], "invalid_rate": start["test_invalid_rate"],
                  "train_seconds": float("nan"),
                  "notes": "imitation of a demonstrator that ignores the options in half its episodes (notebook 04)"})
-for path, objective in [(sloppy_path, "apo"), (RESULTS_DIR / "apo_split_sloppy_class_seeds.csv", "apo_split")]:
+sloppy_runs = [(sloppy_path, "apo", ""),  # notebook 04 section 6's recipes: their --set changes in the method name
+               (RESULTS_DIR / "apo_sloppy_gs_class_seeds.csv", "apo", ", greedy search"),
+               (RESULTS_DIR / "apo_sloppy_gsd_class_seeds.csv", "apo", ", greedy search, disagreeing goals"),
+               (RESULTS_DIR / "apo_sloppy_gsd1024_class_seeds.csv", "apo",
+                ", greedy search, disagreeing goals of 1,024"),
+               (RESULTS_DIR / "apo_split_sloppy_class_seeds.csv", "apo_split", "")]
+for path, objective, recipe in sloppy_runs:
     if not path.exists():
         continue
     runs = pd.read_csv(path).query("objective == @objective")
     n = 200 * len(runs)
-    rows.append({"method": f"{objective} (from pi_ref, options ignored)", "success_rate": runs["test_success"].mean(),
+    rows.append({"method": f"{objective} (from pi_ref, options ignored{recipe})",
+                 "success_rate": runs["test_success"].mean(),
                  "success_ci95": ci(runs["test_success"].mean(), n), "mean_score": runs["test_score"].mean(),
                  "mean_steps": runs["test_steps"].mean(), "invalid_rate": runs["test_invalid_rate"].mean(),
                  "train_seconds": runs["train_seconds"].mean(),
@@ -156,8 +163,10 @@ if "apo" in get.index:
                  f"{gain:+.1%} against π_ref, {verdict} ({spread:.1%}); the target was +10 points.")
 if "pi_ref (options ignored)" in get.index:
     start = get.loc["pi_ref (options ignored)", "success_rate"]
-    trained = [f"{m.split(' ')[0]} {get.loc[m, 'success_rate']:.1%} ({get.loc[m, 'success_rate'] - start:+.1%})"
-               for m in get.index if m.endswith("(from pi_ref, options ignored)")]
+    prefix = "(from pi_ref, options ignored"
+    trained = [f"{m.replace(prefix + ', ', '(').replace(prefix + ')', '').strip()} {get.loc[m, 'success_rate']:.1%} "
+               f"({get.loc[m, 'success_rate'] - start:+.1%})"
+               for m in get.index if prefix in m and "selection shown" not in m]
     lines.append(f"- From the π_ref whose demonstrations ignored the options half the time ({start:.1%}): "
                  f"{', '.join(trained)}; the target was +10 points (notebook 04 section 6).")
 if "pi_ref (options ignored, selection shown)" in get.index:
