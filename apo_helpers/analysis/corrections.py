@@ -127,7 +127,8 @@ def correction_experiment(ref_dir, goals: list[Goal], profile: Profile, settings
     model, tokenizer = load_policy(ref_dir)
     table, prefixes = branch_results(model, tokenizer, goals, profile, progress)
     branched = table.drop_duplicates(["split", "goal_index"])
-    fit_set = [g for g in goals if g.index in set(branched["goal_index"].head(fit_goals))]
+    fit_indices = set(branched["goal_index"].head(fit_goals))
+    fit_set = [g for g in goals if g.index in fit_indices]
     solved = table.groupby(["split", "goal_index"])["success"].any()
     own = table[table["own"]].set_index(["split", "goal_index"])["success"].astype(bool)
 

@@ -666,7 +666,8 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
     state = trainer.run(progress)
     test = trainer.evaluate("test", profile.apo.test_episodes)
     metrics = {"objective": objective, "seed": seed, "profile": profile.name, "iterations": state.iteration,
-               "ref": Path(ref_dir).name, "apo_overrides": apo_overrides(profile), "demo_skip_options": _demo_skip_options(ref_dir),
+               "ref": Path(ref_dir).name, "apo_overrides": apo_overrides(profile),
+               "demo_skip_options": _demo_skip_options(ref_dir),
                "show_selected_options": profile.policy.show_selected_options,
                "test_success": test["success"], "test_score": test["score"], "test_steps": test["steps"],
                "test_invalid_rate": test["invalid_rate"], **{f"test_{k}": test[k] for k in OPTION_RATES},
