@@ -99,6 +99,8 @@ def cmd_train_ref(args) -> int:
     if args.show_selected_options:  # pages that say which option value is selected: a pi_ref of its own too
         profile = replace(profile, policy=replace(profile.policy, show_selected_options=True))
         default_out = default_out.with_name(f"{default_out.name}_selected")
+    if args.demonstrations is not None and args.demonstrations != profile.reference.demonstrations:
+        default_out = default_out.with_name(f"{default_out.name}_demos_{args.demonstrations}")  # another pi_ref
     args.out = args.out or default_out
     ref = train_reference(profile, args.out, args.demonstrations, args.pretrain_steps, args.sft_steps,
                           progress=not args.json)

@@ -478,6 +478,7 @@ def test_cli_vstar_then_train(ref_dir, tmp_path, capsys):
     six = json.loads(capsys.readouterr().out)
     assert six["goals"] == 6 and six["key"] != summary["key"] and not six["loaded_from_cache"]
     assert metrics["ref"] == ref_dir.name and "test_option_clicked" in metrics and "test_options_right" in results
+    assert metrics["ref_demonstrations"] is None  # this pi_ref folder has no metrics.json to say
 
 
 def test_a_run_plays_the_pages_its_reference_learned_on(ref_dir, tmp_path, capsys):
@@ -488,6 +489,7 @@ def test_a_run_plays_the_pages_its_reference_learned_on(ref_dir, tmp_path, capsy
     marked = shutil.copytree(ref_dir, tmp_path / "marked_ref")
     for name, text in rendering_files(dataclasses.replace(P.policy, show_selected_options=True)).items():
         (marked / name).write_text(text)
+    (marked / "metrics.json").write_text(json.dumps({"demonstrations": 7, "demo_skip_options": 0.25}))
     keys = []
     for ref in (ref_dir, marked):
         assert main(["vstar", "--profile", "ci", "--ref", str(ref), "--out", str(tmp_path / "vs"), "--json"]) == 0
@@ -497,6 +499,7 @@ def test_a_run_plays_the_pages_its_reference_learned_on(ref_dir, tmp_path, capsy
                  str(tmp_path / "run"), "--seeds", "0", "--iterations", "1", "--skip-ref", "--json"]) == 0
     metrics = json.loads((tmp_path / "run" / "seed_0" / "metrics.json").read_text())
     assert metrics["show_selected_options"] and metrics["vstar_key"] == keys[1]
+    assert metrics["ref_demonstrations"] == 7 and metrics["demo_skip_options"] == 0.25  # pi_ref's record, carried
     recorded = json.loads((tmp_path / "run" / "seed_0" / "policy" / RENDERING_FILE).read_text())
     assert recorded == {"show_selected_options": True}
 

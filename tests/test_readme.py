@@ -50,6 +50,13 @@ def test_trained_table_keeps_each_pi_ref_with_its_runs(tmp_path):
     assert len(lines) == 9 and sum("pi_ref (start)" in line for line in lines) == 3
     assert lines[7].startswith("| pi_ref (start) | options ignored in 50%; pages show the selection | - | 30.0% |")
     assert lines[8].startswith("| apo | options ignored in 50%; pages show the selection | 1 | 40.0% ± 0.0% |")
+    # a pi_ref that imitated fewer demonstrations: its own group, the count in its label
+    _seeds(tmp_path / "apo_demos150_class_seeds.csv", "apo", [0.25, 0.27], ref_success=0.125, demo_skip_options=0.0,
+           ref_demonstrations=148)
+    lines = trained_table(tmp_path).splitlines()
+    assert len(lines) == 11 and sum("pi_ref (start)" in line for line in lines) == 4
+    assert lines[4].startswith("| pi_ref (start) | full expert; 148 demonstrations | - | 12.5% |")
+    assert lines[5].startswith("| apo | full expert; 148 demonstrations | 2 | 26.0% ± 1.0% |")
 
 
 def test_bench_train_table_and_sections_are_filled(tmp_path):

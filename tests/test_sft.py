@@ -92,12 +92,15 @@ def test_cli_train_ref_skip_options_reaches_the_demonstrations(tmp_path, monkeyp
 
     monkeypatch.setattr(sft, "train_reference", stop)
     for argv in (["--skip-options", "0.5", "--out", str(tmp_path)], [], ["--skip-options", "0.25"],
-                 ["--skip-options", "0.5", "--show-selected-options"]):
+                 ["--skip-options", "0.5", "--show-selected-options"], ["--demonstrations", "40"],
+                ["--demonstrations", str(P.reference.demonstrations)]):
         with pytest.raises(KeyboardInterrupt):
             cli.main(["train-ref", "--profile", "ci", *argv])
     default = str(sft.reference_dir(P))
     assert seen == [(0.5, False, str(tmp_path)), (P.reference.demo_skip_options, False, default),
-                    (0.25, False, default + "_skip_options_0.25"), (0.5, True, default + "_skip_options_0.5_selected")]
+                    (0.25, False, default + "_skip_options_0.25"), (0.5, True, default + "_skip_options_0.5_selected"),
+                    (P.reference.demo_skip_options, False, default + "_demos_40"),
+                    (P.reference.demo_skip_options, False, default)]  # the profile's count: the profile's pi_ref
 
 
 # ---------------------------------------------------------------------------------------------- schedule

@@ -101,7 +101,7 @@ def _recipe(runs: pd.DataFrame) -> str:
 def trained_table(results: Path = RESULTS_DIR) -> str | None:
     """Per pi_ref (the ``*_class_seeds.csv`` files grouped by their demonstrations and item pages): pi_ref's row
     once, then one row per trained objective of any of its files (mean and spread over seeds); the demonstrations
-    column tells the pi_refs apart, the table column the runs of one objective (``train --name``), the last column
+    column tells the pi_refs apart (what the demonstrator did, the item pages, how many it imitated where recorded), the table column the runs of one objective (``train --name``), the last column
     the ``--set`` changes they ran with."""
     paths = sorted(results.glob("*_class_seeds.csv"))
     if not paths:
@@ -116,6 +116,9 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
         marked = df["show_selected_options"].dropna() if "show_selected_options" in df else pd.Series(dtype=bool)
         if len(marked) and bool(marked.iloc[0]):  # another pi_ref: pages that say which option is selected
             demos += "; pages show the selection"
+        count = df["ref_demonstrations"].dropna() if "ref_demonstrations" in df else pd.Series(dtype=float)
+        if len(count):  # another pi_ref: fewer (or more) demonstrations; tables written before do not record it
+            demos += f"; {int(count.iloc[0])} demonstrations"
         groups.setdefault(demos, []).append(df)
     rows = []
     for demos, frames in groups.items():

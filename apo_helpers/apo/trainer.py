@@ -556,13 +556,14 @@ class Trainer:
         return max(self.earlier_peak_memory_mb, peak_memory_mb())
 
 
-def _demo_skip_options(ref_dir) -> float | None:
-    """The share of demonstrations that ignored the options, as pi_ref's ``metrics.json`` records it (None when
-    the folder has no such record, e.g. a policy saved by hand)."""
+def _ref_record(ref_dir, key: str, default=None):
+    """One field of pi_ref's ``metrics.json`` (``demo_skip_options``: the share of demonstrations that ignored the
+    options; ``demonstrations``: how many pi_ref imitated); None when the folder has no such record, e.g. a policy
+    saved by hand."""
     path = Path(ref_dir) / "metrics.json"
     if not path.exists():
         return None
-    return json.loads(path.read_text()).get("demo_skip_options", 0.0)
+    return json.loads(path.read_text()).get(key, default)
 
 
 def peak_memory_mb() -> float:
@@ -667,7 +668,8 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
     test = trainer.evaluate("test", profile.apo.test_episodes)
     metrics = {"objective": objective, "seed": seed, "profile": profile.name, "iterations": state.iteration,
                "ref": Path(ref_dir).name, "apo_overrides": apo_overrides(profile),
-               "demo_skip_options": _demo_skip_options(ref_dir),
+               "demo_skip_options": _ref_record(ref_dir, "demo_skip_options", 0.0),
+               "ref_demonstrations": _ref_record(ref_dir, "demonstrations"),
                "show_selected_options": profile.policy.show_selected_options,
                "test_success": test["success"], "test_score": test["score"], "test_steps": test["steps"],
                "test_invalid_rate": test["invalid_rate"], **{f"test_{k}": test[k] for k in OPTION_RATES},
