@@ -189,3 +189,19 @@ def test_cli_refuses_to_sample_a_scripted_agent(capsys):
     assert "--pass-k samples a saved policy" in capsys.readouterr().err
     assert main(["evaluate", "--agent", "no/such/folder"]) != 0
     assert "neither a scripted agent" in capsys.readouterr().err
+
+
+def test_seed_range_draws_the_mean_and_the_seeds_extremes():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from apo_helpers.analysis.plots import seed_range
+
+    fig, ax = plt.subplots()
+    assert seed_range(ax, 300, [0.25, 0.30, 0.41], fmt="s") == pytest.approx((0.32, 0.25, 0.41))
+    line, _, (bars,) = ax.containers[0].lines
+    assert line.get_xydata().ravel().tolist() == pytest.approx([300, 0.32])
+    assert bars.get_segments()[0].ravel().tolist() == pytest.approx([300, 0.25, 300, 0.41])
+    plt.close(fig)

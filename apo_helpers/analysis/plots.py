@@ -35,6 +35,15 @@ def success_bars(table: pd.DataFrame, title: str, ax=None):
     return fig
 
 
+def seed_range(ax, x: float, values, **kwargs) -> tuple[float, float, float]:
+    """One result over seeds as a point (notebook 04 section 6): the mean of ``values`` at ``x`` with a bar from the
+    lowest to the highest seed. ``kwargs`` go to ``ax.errorbar``. Returns (mean, lowest, highest)."""
+    values = pd.Series(values, dtype=float)
+    mean, low, high = values.mean(), values.min(), values.max()
+    ax.errorbar([x], [mean], yerr=[[mean - low], [high - mean]], capsize=4, **kwargs)
+    return mean, low, high
+
+
 def seed_band(ax, table: pd.DataFrame, column: str, x: str = "iteration", label: str | None = None,
               fmt: str = "-", alpha: float = 0.3) -> pd.DataFrame:
     """Curves over seeds (notebooks 04 and 05): the mean of ``column`` at each ``x`` over the rows of ``table``
