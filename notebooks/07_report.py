@@ -49,6 +49,25 @@ def ci(rate: float, n: int) -> str:
     return f"[{low:.3f}, {high:.3f}]"
 
 
+def start_row(method: str, start: pd.Series, notes: str) -> dict:
+    """A pi_ref's row from the pi_ref line of a seeds table (200 test goals)."""
+    return {"method": method, "success_rate": start["test_success"], "success_ci95": ci(start["test_success"], 200),
+            "mean_score": start["test_score"], "mean_steps": start["test_steps"],
+            "invalid_rate": start["test_invalid_rate"], "train_seconds": float("nan"), "notes": notes}
+
+
+def seeds_row(method: str, runs: pd.DataFrame) -> dict:
+    """The mean over a recipe's seeds (notebook 04 section 6); the interval pools their 200 test goals each."""
+    n = 200 * len(runs)
+    return {"method": method, "success_rate": runs["test_success"].mean(),
+            "success_ci95": ci(runs["test_success"].mean(), n), "mean_score": runs["test_score"].mean(),
+            "mean_steps": runs["test_steps"].mean(), "invalid_rate": runs["test_invalid_rate"].mean(),
+            "train_seconds": runs["train_seconds"].mean(),
+            "notes": f"mean of {len(runs)} seeds (std {runs['test_success'].std(ddof=0):.3f}), "
+                     f"{int(runs['iterations'].iloc[0])} iterations; interval over the pooled {n} episodes "
+                     f"(notebook 04 section 6)"}
+
+
 rows = []
 baselines = pd.read_csv(RESULTS_DIR / "baselines_test.csv")
 for r in baselines.itertuples():
@@ -75,12 +94,8 @@ if seeds is not None:
                               f"the pooled {n} episodes; from pi_ref (notebook 04)"})
 sloppy_path = RESULTS_DIR / "apo_sloppy_class_seeds.csv"
 if sloppy_path.exists():  # notebook 04 section 6: a pi_ref whose demonstrations ignored options half the time
-    start = pd.read_csv(sloppy_path).query("objective == 'pi_ref'").iloc[0]
-    rows.append({"method": "pi_ref (options ignored)", "success_rate": start["test_success"],
-                 "success_ci95": ci(start["test_success"], 200), "mean_score": start["test_score"],
-                 "mean_steps": start["test_steps"], "invalid_rate": start["test_invalid_rate"],
-                 "train_seconds": float("nan"),
-                 "notes": "imitation of a demonstrator that ignores the options in half its episodes (notebook 04)"})
+    rows.append(start_row("pi_ref (options ignored)", pd.read_csv(sloppy_path).query("objective == 'pi_ref'").iloc[0],
+                          "imitation of a demonstrator that ignores the options in half its episodes (notebook 04)"))
 sloppy_runs = [(sloppy_path, "apo", ""),  # notebook 04 section 6's recipes: their --set changes in the method name
                (RESULTS_DIR / "apo_sloppy_gs_class_seeds.csv", "apo", ", greedy search"),
                (RESULTS_DIR / "apo_sloppy_gsd_class_seeds.csv", "apo", ", greedy search, disagreeing goals"),
@@ -88,36 +103,24 @@ sloppy_runs = [(sloppy_path, "apo", ""),  # notebook 04 section 6's recipes: the
                 ", greedy search, disagreeing goals of 1,024"),
                (RESULTS_DIR / "apo_split_sloppy_class_seeds.csv", "apo_split", "")]
 for path, objective, recipe in sloppy_runs:
-    if not path.exists():
-        continue
-    runs = pd.read_csv(path).query("objective == @objective")
-    n = 200 * len(runs)
-    rows.append({"method": f"{objective} (from pi_ref, options ignored{recipe})",
-                 "success_rate": runs["test_success"].mean(),
-                 "success_ci95": ci(runs["test_success"].mean(), n), "mean_score": runs["test_score"].mean(),
-                 "mean_steps": runs["test_steps"].mean(), "invalid_rate": runs["test_invalid_rate"].mean(),
-                 "train_seconds": runs["train_seconds"].mean(),
-                 "notes": f"mean of {len(runs)} seeds (std {runs['test_success'].std(ddof=0):.3f}), "
-                          f"{int(runs['iterations'].iloc[0])} iterations; interval over the pooled {n} episodes "
-                          f"(notebook 04 section 6)"})
+    if path.exists():
+        rows.append(seeds_row(f"{objective} (from pi_ref, options ignored{recipe})",
+                              pd.read_csv(path).query("objective == @objective")))
+for count in (300,):  # notebook 04 section 6: pi_refs from fewer demonstrations of the full expert, then A*PO
+    path = RESULTS_DIR / f"apo_demos{count}_class_seeds.csv"
+    if path.exists():
+        table = pd.read_csv(path)
+        runs = table.query("objective == 'apo'")
+        rows.append(start_row(f"pi_ref ({count} demonstrations)", table.query("objective == 'pi_ref'").iloc[0],
+                              f"imitation of {int(runs['ref_demonstrations'].iloc[0])} expert demonstrations "
+                              f"(notebook 02's sweep, retrained for notebook 04)"))
+        rows.append(seeds_row(f"apo (from pi_ref of {count} demonstrations, greedy search, disagreeing goals)", runs))
 selected_path = RESULTS_DIR / "apo_sloppy_selected_class_seeds.csv"
 if selected_path.exists():  # notebook 04 section 6: the same demonstrations on item pages that show the selection
     selected = pd.read_csv(selected_path)
-    start = selected.query("objective == 'pi_ref'").iloc[0]
-    rows.append({"method": "pi_ref (options ignored, selection shown)", "success_rate": start["test_success"],
-                 "success_ci95": ci(start["test_success"], 200), "mean_score": start["test_score"],
-                 "mean_steps": start["test_steps"], "invalid_rate": start["test_invalid_rate"],
-                 "train_seconds": float("nan"),
-                 "notes": "the same demonstrations on item pages that say which option is selected (notebook 04)"})
-    runs = selected.query("objective == 'apo'")
-    n = 200 * len(runs)
-    rows.append({"method": "apo (from pi_ref, options ignored, selection shown)",
-                 "success_rate": runs["test_success"].mean(), "success_ci95": ci(runs["test_success"].mean(), n),
-                 "mean_score": runs["test_score"].mean(), "mean_steps": runs["test_steps"].mean(),
-                 "invalid_rate": runs["test_invalid_rate"].mean(), "train_seconds": runs["train_seconds"].mean(),
-                 "notes": f"mean of {len(runs)} seeds (std {runs['test_success'].std(ddof=0):.3f}), "
-                          f"{int(runs['iterations'].iloc[0])} iterations; interval over the pooled {n} episodes "
-                          f"(notebook 04 section 6)"})
+    rows.append(start_row("pi_ref (options ignored, selection shown)", selected.query("objective == 'pi_ref'").iloc[0],
+                          "the same demonstrations on item pages that say which option is selected (notebook 04)"))
+    rows.append(seeds_row("apo (from pi_ref, options ignored, selection shown)", selected.query("objective == 'apo'")))
 compare_path = RESULTS_DIR / "compare_class_summary.csv"
 compare_table = pd.read_csv(compare_path) if compare_path.exists() else None
 if compare_table is not None:
@@ -169,6 +172,14 @@ if "pi_ref (options ignored)" in get.index:
                for m in get.index if prefix in m and "selection shown" not in m]
     lines.append(f"- From the π_ref whose demonstrations ignored the options half the time ({start:.1%}): "
                  f"{', '.join(trained)}; the target was +10 points (notebook 04 section 6).")
+for count in (300,):
+    if f"pi_ref ({count} demonstrations)" not in get.index:
+        continue
+    start = get.loc[f"pi_ref ({count} demonstrations)", "success_rate"]
+    runs = pd.read_csv(RESULTS_DIR / f"apo_demos{count}_class_seeds.csv").query("objective == 'apo'")["test_success"]
+    lines.append(f"- From the π_ref of {count} demonstrations ({start:.1%}), A*PO with greedy search on the goals whose "
+                 f"samples disagree reaches {runs.mean():.1%} ({runs.mean() - start:+.1%}, spread over seeds "
+                 f"{runs.std(ddof=0):.1%}; the target was +10 points; notebook 04 section 6).")
 if "pi_ref (options ignored, selection shown)" in get.index:
     start = get.loc["pi_ref (options ignored, selection shown)", "success_rate"]
     trained = get.loc["apo (from pi_ref, options ignored, selection shown)"]
