@@ -300,7 +300,7 @@ def cmd_train(args) -> int:
 
     from .analysis.evaluate import evaluate_policy
     from .analysis.failures import option_columns
-    from .apo.trainer import train_run
+    from .runs import train_run
     from .policy.models import load_policy, with_rendering
 
     profile = with_overrides(get_profile(args.profile), args.set)

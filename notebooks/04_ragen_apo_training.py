@@ -46,7 +46,7 @@ from apo_helpers.apo.sft import load_or_train_reference, reference_dir
 from apo_helpers.apo.trainer import Trainer, fit_one_batch, load_models, objective_inputs
 from apo_helpers.apo.vstar import stage1
 from apo_helpers.policy.rollout import rollout, Sampling
-from apo_helpers.analysis.evaluate import evaluate_policy, summary_table, wilson_interval
+from apo_helpers.analysis.evaluate import evaluate_policy, greedy_evaluation, summary_table, wilson_interval
 from apo_helpers.analysis.viewer import EpisodeViewer, episodes_html
 from apo_helpers.analysis import plots
 
@@ -203,7 +203,7 @@ live = dataclasses.replace(profile, apo=dataclasses.replace(
     batch_goals=min(profile.apo.batch_goals, 16)))
 seed_everything(profile.seed)
 model, ref_model, tokenizer = load_models(ref_dir)
-trainer = Trainer(model, ref_model, tokenizer, vstar, live, seed=profile.seed)
+trainer = Trainer(model, ref_model, tokenizer, vstar, live, seed=profile.seed, evaluator=greedy_evaluation)
 state = trainer.run()
 history = state.history
 history[["iteration", "reward", "success", "loss", "kl", "entropy", "invalid_rate", "seconds"]].round(3).tail()

@@ -15,17 +15,18 @@ import pytest
 import torch
 
 from apo_helpers.__main__ import main
+from apo_helpers.analysis.evaluate import greedy_evaluation
 from apo_helpers.apo import trainer as trainer_module
 from apo_helpers.apo.losses import OBJECTIVES, ObjectiveInputs, apo_loss, apo_objective, kl_estimate
 from apo_helpers.apo.sft import expert_demonstrations
-from apo_helpers.apo.trainer import (Trainer, latest_checkpoint, load_models, objective_inputs, train_run,
-                                     trained_sequences)
+from apo_helpers.apo.trainer import Trainer, latest_checkpoint, load_models, objective_inputs, trained_sequences
 from apo_helpers.apo.turn_credit import decision_turn, split_values
 from apo_helpers.apo.vstar import (VStarTable, cache_key, load_vstar, optimal_value, rollout_sampling, stage1,
                                    stage1_goals, vstar_table, weights_hash)
 from apo_helpers.config import get_profile, seed_everything
 from apo_helpers.policy.prompts import encode_chat
 from apo_helpers.policy.rollout import Sampling
+from apo_helpers.runs import train_run
 from apo_helpers.webshop.catalog import DataFileError, default_catalog
 
 P = get_profile("ci")
@@ -280,7 +281,7 @@ def vstar(models, tmp_path_factory):
 def _trainer(ref_dir, vstar, out_dir=None, iterations=None, objective="apo", profile=P):
     model, ref_model, tokenizer = load_models(ref_dir, "cpu")
     return Trainer(model, ref_model, tokenizer, vstar, profile, objective, seed=3, out_dir=out_dir,
-                   iterations=iterations)
+                   iterations=iterations, evaluator=greedy_evaluation)
 
 
 TIMING = ["rollout_seconds", "policy_forward_seconds", "ref_seconds", "update_seconds", "seconds"]
@@ -299,6 +300,16 @@ def test_run_records_history_and_evaluations(ref_dir, vstar):
     # evaluated before training, every eval_every iterations and at the end
     assert state.evals["iteration"].tolist() == [0, 2, 3]
     assert set(state.evals["split"]) == {"val"}
+
+
+def test_a_trainer_without_an_evaluator_trains_and_says_why_it_cannot_evaluate(ref_dir, vstar):
+    """The evaluator is handed in (the trainer imports nothing from analysis): without one, no val rows."""
+    model, ref_model, tokenizer = load_models(ref_dir, "cpu")
+    trainer = Trainer(model, ref_model, tokenizer, vstar, P, seed=3, iterations=1)
+    state = trainer.run(progress=False)
+    assert state.iteration == 1 and state.evals.empty
+    with pytest.raises(ValueError, match="evaluator=greedy_evaluation"):
+        trainer.evaluate()
 
 
 def test_first_iteration_policy_equals_reference(ref_dir, vstar):

@@ -79,3 +79,19 @@ def test_only_the_class_profile_writes_the_committed_figures():
 
     assert figures_dir("class") == FIGURES_DIR
     assert figures_dir("ci") == RUNS_DIR / "figures_ci" and figures_dir("gpu") == RUNS_DIR / "figures_gpu"
+
+
+LAYERS = ["webshop", "policy", "apo", "analysis"]
+"""The package's data flow, top to bottom of DESIGN's layout: each layer may import the ones before it (and the
+shared config.py / files.py), never one after it; runs.py, bench.py and __main__.py sit above them all."""
+
+
+def test_imports_only_point_down_the_data_flow():
+    package = PROJECT_ROOT / "apo_helpers"
+    upward = []
+    for layer, name in enumerate(LAYERS):
+        for path in sorted((package / name).glob("*.py")):
+            for target in re.findall(r"^\s*from \.\.(\w+)", path.read_text(), re.M):  # lazy imports count too
+                if target in LAYERS and LAYERS.index(target) > layer:
+                    upward.append(f"{path.relative_to(package)} imports {target}")
+    assert upward == []

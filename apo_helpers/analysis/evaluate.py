@@ -148,6 +148,17 @@ def evaluate_policy(model, tokenizer, split: str = "test", episodes: int | None 
     return Evaluation(name, split, [episode_from_trajectory(t, g.index) for t, g in zip(trajectories, goals)]), trajectories
 
 
+def greedy_evaluation(model, tokenizer, split: str, episodes: int | None, profile) -> dict:
+    """The Trainer's evaluator (notebook 04): greedy success, score, steps and invalid-action rate on the first
+    ``episodes`` goals of ``split``, and the item-page option rates (``analysis.failures.OPTION_RATES``)."""
+    from .failures import option_columns
+
+    result, trajectories = evaluate_policy(model, tokenizer, split, episodes, profile, name="policy", progress=False)
+    s = result.summary()
+    return {"success": s["success_rate"], "score": s["mean_score"], "steps": s["mean_steps"],
+            "invalid_rate": s["invalid_rate"], **option_columns(trajectories)}
+
+
 def pass_at_k(model, tokenizer, split: str, goals: int, k: int, profile=None, temperature: float = 1.0,
               progress: bool = True) -> dict:
     """Share of goals solved by at least one of k sampled episodes (and the per-sample success rate)."""

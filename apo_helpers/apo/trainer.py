@@ -12,8 +12,9 @@ Each iteration:
    memory of one micro-batch.
 
 It records per iteration reward, success, loss, the KL estimate to pi_ref, entropy, invalid-action rate, tokens
-and seconds (a pandas DataFrame), evaluates greedily on val every ``eval_every`` iterations, and checkpoints
-(safetensors weights, optimizer and RNG states) so that a resumed run continues exactly as if it had not stopped.
+and seconds (a pandas DataFrame), evaluates greedily on val every ``eval_every`` iterations with the evaluator it
+is given (``analysis.evaluate.greedy_evaluation``; ``runs.train_run`` hands it in), and checkpoints (safetensors
+weights, optimizer and RNG states) so that a resumed run continues exactly as if it had not stopped.
 
 It runs through ``accelerate``: one process by default; under ``accelerate launch --num_processes K`` (or
 ``torchrun``) each of K processes rolls out its share of the iteration's goals, computes the gradient of its share's
@@ -32,6 +33,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -40,9 +42,7 @@ from accelerate import Accelerator
 from safetensors.torch import load_model, save_model
 from tqdm.auto import tqdm
 
-from ..analysis.evaluate import evaluate_policy
-from ..analysis.failures import OPTION_RATES, option_columns
-from ..config import Profile, apo_overrides, device as default_device, seed_everything
+from ..config import Profile, device as default_device, seed_everything
 from ..files import atomic_write_text
 from ..policy.prompts import encode_chat, episode_chats
 from ..policy.rollout import Trajectory, rollout
@@ -261,6 +261,12 @@ def make_accelerator() -> Accelerator:
     return Accelerator(cpu=not cuda, mixed_precision="bf16" if cuda else "no")
 
 
+Evaluator = Callable[..., dict]
+"""``evaluator(model, tokenizer, split, episodes, profile) -> dict`` of greedy results (success, score, steps,
+invalid_rate, ...): what the Trainer records on val every ``eval_every`` iterations. The package's is
+``analysis.evaluate.greedy_evaluation``, handed in by the caller so that this module imports nothing above it."""
+
+
 @dataclass
 class TrainState:
     """What a checkpoint holds besides the weights: enough to continue exactly."""
@@ -274,7 +280,8 @@ class Trainer:
     """RAGEN's loop: ``run()`` alternates batched rollouts and one update of ``objective`` (default A*PO)."""
 
     def __init__(self, model, ref_model, tokenizer, vstar: VStarTable, profile: Profile, objective: str = "apo",
-                 seed: int = 0, out_dir=None, iterations: int | None = None, accelerator: Accelerator | None = None):
+                 seed: int = 0, out_dir=None, iterations: int | None = None, accelerator: Accelerator | None = None,
+                 evaluator: Evaluator | None = None):
         if objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {objective!r}; choose one of {sorted(OBJECTIVES)}")
         if len(vstar.table) == 0:
@@ -284,6 +291,7 @@ class Trainer:
         self.objective_name, self.objective = objective, OBJECTIVES[objective]
         self.seed, self.iterations = seed, iterations or profile.apo.iterations
         self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.evaluator = evaluator
         self.goals = vstar.goals()
         self.accelerator = accelerator or make_accelerator()
         self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
@@ -454,20 +462,20 @@ class Trainer:
                 **stats}
 
     def evaluate(self, split: str = "val", episodes: int | None = None) -> dict:
-        """Greedy success and score on the first ``episodes`` goals of ``split``."""
-        result, trajectories = evaluate_policy(self.model, self.tokenizer, split,
-                                               episodes or self.config.eval_episodes, self.profile, name="policy",
-                                               progress=False)
-        s = result.summary()
-        return {"iteration": self.state.iteration, "split": split, "success": s["success_rate"],
-                "score": s["mean_score"], "steps": s["mean_steps"], "invalid_rate": s["invalid_rate"],
-                **option_columns(trajectories)}
+        """The evaluator's greedy results on the first ``episodes`` goals of ``split`` (``eval_episodes`` by
+        default), with the iteration and the split."""
+        if self.evaluator is None:
+            raise ValueError("this Trainer has no evaluator: pass evaluator=greedy_evaluation "
+                             "(apo_helpers.analysis.evaluate) to evaluate it")
+        row = self.evaluator(self.model, self.tokenizer, split, episodes or self.config.eval_episodes, self.profile)
+        return {"iteration": self.state.iteration, "split": split, **row}
 
     # the loop -----------------------------------------------------------------------------------------------
     def run(self, progress: bool = True) -> TrainState:
-        """Iterate up to ``iterations`` (continuing from a resumed state), evaluating and checkpointing on schedule."""
+        """Iterate up to ``iterations`` (continuing from a resumed state), evaluating (when the Trainer has an
+        evaluator) and checkpointing on schedule."""
         config, state = self.config, self.state
-        if state.evals.empty:
+        if state.evals.empty and self.evaluator is not None:
             self._log_eval()
         bar = tqdm(total=self.iterations, initial=state.iteration, desc=f"{self.objective_name} seed {self.seed}",
                    disable=not (progress and self.accelerator.is_main_process))
@@ -475,7 +483,8 @@ class Trainer:
             row = self.iteration()
             state.iteration += 1
             state.history = pd.concat([state.history, pd.DataFrame([row])], ignore_index=True)
-            if state.iteration % config.eval_every == 0 or state.iteration == self.iterations:
+            if self.evaluator is not None and (state.iteration % config.eval_every == 0
+                                               or state.iteration == self.iterations):
                 self._log_eval()
             if self.out_dir is not None and (state.iteration % config.checkpoint_every == 0
                                              or state.iteration == self.iterations):
@@ -483,8 +492,8 @@ class Trainer:
                     self.save_checkpoint()
                 self.accelerator.wait_for_everyone()
             bar.update(1)
-            bar.set_postfix(reward=f"{row['reward']:.2f}", success=f"{row['success']:.2f}", kl=f"{row['kl']:.2f}",
-                            val=f"{state.evals['success'].iloc[-1]:.2f}")
+            val = {"val": f"{state.evals['success'].iloc[-1]:.2f}"} if not state.evals.empty else {}
+            bar.set_postfix(reward=f"{row['reward']:.2f}", success=f"{row['success']:.2f}", kl=f"{row['kl']:.2f}", **val)
         bar.close()
         return state
 
@@ -554,16 +563,6 @@ class Trainer:
     def peak_memory_mb(self) -> float:
         """The run's peak memory over every call that trained it: a resumed run keeps the peak of its first part."""
         return max(self.earlier_peak_memory_mb, peak_memory_mb())
-
-
-def _ref_record(ref_dir, key: str, default=None):
-    """One field of pi_ref's ``metrics.json`` (``demo_skip_options``: the share of demonstrations that ignored the
-    options; ``demonstrations``: how many pi_ref imitated); None when the folder has no such record, e.g. a policy
-    saved by hand."""
-    path = Path(ref_dir) / "metrics.json"
-    if not path.exists():
-        return None
-    return json.loads(path.read_text()).get(key, default)
 
 
 def peak_memory_mb() -> float:
@@ -641,50 +640,3 @@ def fit_one_batch(ref_dir, vstar: VStarTable, profile: Profile, lrs=(3e-4, 1e-4,
             rows.append({"lr": lr, "step": step, "loss": float(loss),
                          "log_ratio_abs": float((inputs.logp - inputs.logp_ref).detach().abs().mean())})
     return pd.DataFrame(rows)
-
-
-# ------------------------------------------------------------------------------------------------ whole runs
-
-def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, objective: str = "apo",
-              iterations: int | None = None, resume: bool = False, progress: bool = True) -> dict:
-    """One seed, headless: stage 1 (cached), the loop (resumable), the final policy and its greedy test result.
-
-    Writes under ``out_dir``: ``checkpoints/``, ``history.csv``, ``evals.csv``, ``policy/`` and ``metrics.json``.
-    """
-    from ..policy.models import rendering_files, save_policy, with_rendering
-    from .vstar import stage1
-
-    out_dir = Path(out_dir)
-    profile = with_rendering(profile, ref_dir)  # pages as pi_ref learned them
-    accelerator = make_accelerator()
-    model, ref_model, tokenizer = load_models(ref_dir, str(accelerator.device))
-    with accelerator.main_process_first():  # one process samples stage 1 (when not cached), the others load it
-        vstar = stage1(ref_model, tokenizer, profile, vstar_dir, progress=progress and accelerator.is_main_process)
-    trainer = Trainer(model, ref_model, tokenizer, vstar, profile, objective, seed, out_dir, iterations, accelerator)
-    if resume and latest_checkpoint(out_dir) is not None:
-        trainer.load_checkpoint()
-    start = time.perf_counter()
-    state = trainer.run(progress)
-    test = trainer.evaluate("test", profile.apo.test_episodes)
-    metrics = {"objective": objective, "seed": seed, "profile": profile.name, "iterations": state.iteration,
-               "ref": Path(ref_dir).name, "apo_overrides": apo_overrides(profile),
-               "demo_skip_options": _ref_record(ref_dir, "demo_skip_options", 0.0),
-               "ref_demonstrations": _ref_record(ref_dir, "demonstrations"),
-               "show_selected_options": profile.policy.show_selected_options,
-               "test_success": test["success"], "test_score": test["score"], "test_steps": test["steps"],
-               "test_invalid_rate": test["invalid_rate"], **{f"test_{k}": test[k] for k in OPTION_RATES},
-               "val_success": float(state.evals["success"].iloc[-1]),
-               "train_seconds": round(float(state.history["seconds"].sum()), 1),
-               "wall_seconds_this_call": round(time.perf_counter() - start, 1),
-               "episodes": int(state.iteration * profile.apo.batch_goals),
-               "generated_tokens": int(state.history["generated_tokens"].sum()), "vstar_key": vstar.key,
-               "vstar_goals": len(vstar.table),
-               "vstar_seconds": vstar.seconds, "peak_memory_mb": trainer.peak_memory_mb(), "device": str(_device_of(model)),
-               "processes": accelerator.num_processes}
-    if accelerator.is_main_process:
-        state.history.to_csv(out_dir / "history.csv", index=False)
-        state.evals.to_csv(out_dir / "evals.csv", index=False)
-        save_policy(model, tokenizer, out_dir / "policy", extra_files=rendering_files(profile.policy))
-        atomic_write_text(out_dir / "metrics.json", json.dumps(metrics, indent=1) + "\n")
-    accelerator.wait_for_everyone()
-    return metrics

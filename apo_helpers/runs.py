@@ -1,0 +1,73 @@
+"""One training run, headless: the ``train`` command's worker (notebook 04 runs the same pieces by hand).
+
+It sits above the package's layers, as the command line does: stage 1 and the loop come from ``apo``, the greedy
+evaluations and their option rates from ``analysis``, which the Trainer receives as its evaluator.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from .analysis.evaluate import greedy_evaluation
+from .analysis.failures import OPTION_RATES
+from .apo.trainer import Trainer, latest_checkpoint, load_models, make_accelerator
+from .apo.vstar import stage1
+from .config import Profile, apo_overrides
+from .files import atomic_write_text
+from .policy.models import rendering_files, save_policy, with_rendering
+
+
+def _ref_record(ref_dir, key: str, default=None):
+    """One field of pi_ref's ``metrics.json`` (``demo_skip_options``: the share of demonstrations that ignored the
+    options; ``demonstrations``: how many pi_ref imitated); None when the folder has no such record, e.g. a policy
+    saved by hand."""
+    path = Path(ref_dir) / "metrics.json"
+    if not path.exists():
+        return None
+    return json.loads(path.read_text()).get(key, default)
+
+
+def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, objective: str = "apo",
+              iterations: int | None = None, resume: bool = False, progress: bool = True) -> dict:
+    """One seed, headless: stage 1 (cached), the loop (resumable), the final policy and its greedy test result.
+
+    Writes under ``out_dir``: ``checkpoints/``, ``history.csv``, ``evals.csv``, ``policy/`` and ``metrics.json``.
+    """
+    out_dir = Path(out_dir)
+    profile = with_rendering(profile, ref_dir)  # pages as pi_ref learned them
+    accelerator = make_accelerator()
+    model, ref_model, tokenizer = load_models(ref_dir, str(accelerator.device))
+    with accelerator.main_process_first():  # one process samples stage 1 (when not cached), the others load it
+        vstar = stage1(ref_model, tokenizer, profile, vstar_dir, progress=progress and accelerator.is_main_process)
+    trainer = Trainer(model, ref_model, tokenizer, vstar, profile, objective, seed, out_dir, iterations, accelerator,
+                      evaluator=greedy_evaluation)
+    if resume and latest_checkpoint(out_dir) is not None:
+        trainer.load_checkpoint()
+    start = time.perf_counter()
+    state = trainer.run(progress)
+    test = trainer.evaluate("test", profile.apo.test_episodes)
+    metrics = {"objective": objective, "seed": seed, "profile": profile.name, "iterations": state.iteration,
+               "ref": Path(ref_dir).name, "apo_overrides": apo_overrides(profile),
+               "demo_skip_options": _ref_record(ref_dir, "demo_skip_options", 0.0),
+               "ref_demonstrations": _ref_record(ref_dir, "demonstrations"),
+               "show_selected_options": profile.policy.show_selected_options,
+               "test_success": test["success"], "test_score": test["score"], "test_steps": test["steps"],
+               "test_invalid_rate": test["invalid_rate"], **{f"test_{k}": test[k] for k in OPTION_RATES},
+               "val_success": float(state.evals["success"].iloc[-1]),
+               "train_seconds": round(float(state.history["seconds"].sum()), 1),
+               "wall_seconds_this_call": round(time.perf_counter() - start, 1),
+               "episodes": int(state.iteration * profile.apo.batch_goals),
+               "generated_tokens": int(state.history["generated_tokens"].sum()), "vstar_key": vstar.key,
+               "vstar_goals": len(vstar.table),
+               "vstar_seconds": vstar.seconds, "peak_memory_mb": trainer.peak_memory_mb(),
+               "device": str(next(model.parameters()).device),
+               "processes": accelerator.num_processes}
+    if accelerator.is_main_process:
+        state.history.to_csv(out_dir / "history.csv", index=False)
+        state.evals.to_csv(out_dir / "evals.csv", index=False)
+        save_policy(model, tokenizer, out_dir / "policy", extra_files=rendering_files(profile.policy))
+        atomic_write_text(out_dir / "metrics.json", json.dumps(metrics, indent=1) + "\n")
+    accelerator.wait_for_everyone()
+    return metrics
