@@ -298,10 +298,9 @@ def cmd_train(args) -> int:
     """RAGEN's loop with an objective (A*PO by default), one run per seed, then greedy test results."""
     import pandas as pd
 
-    from .analysis.evaluate import evaluate_policy
-    from .analysis.failures import option_columns
-    from .runs import train_run
+    from .analysis.evaluate import greedy_evaluation
     from .policy.models import load_policy, with_rendering
+    from .runs import train_run
 
     profile = with_overrides(get_profile(args.profile), args.set)
     ref = _reference_arg(args, profile)
@@ -319,13 +318,9 @@ def cmd_train(args) -> int:
     if not args.skip_ref:
         seed_everything(profile.seed)
         ref_model, tokenizer = load_policy(ref, device())
-        ref_result, ref_episodes = evaluate_policy(ref_model, tokenizer, "test", profile.apo.test_episodes, profile,
-                                                   name="pi_ref", progress=False)
-        s = ref_result.summary()
+        ref_test = greedy_evaluation(ref_model, tokenizer, "test", profile.apo.test_episodes, profile)
         rows.append({"objective": "pi_ref", "seed": None, "profile": profile.name, "iterations": 0,
-                     "ref": Path(ref).name, "test_success": s["success_rate"], "test_score": s["mean_score"],
-                     "test_steps": s["mean_steps"], "test_invalid_rate": s["invalid_rate"],
-                     **option_columns(ref_episodes, "test_")})
+                     "ref": Path(ref).name, **{f"test_{k}": v for k, v in ref_test.items()}})
     table = pd.DataFrame(rows)
     curves = pd.concat([pd.read_csv(out / f"seed_{seed}" / "history.csv").assign(seed=seed) for seed in args.seeds])
     evals = pd.concat([pd.read_csv(out / f"seed_{seed}" / "evals.csv").assign(seed=seed) for seed in args.seeds])
@@ -333,7 +328,7 @@ def cmd_train(args) -> int:
     _write_tables(out, {"results.csv": table}, args.save,
                   {f"{stem}_seeds.csv": table, f"{stem}_history.csv": curves, f"{stem}_evals.csv": evals})
     trained = table[table["objective"] != "pi_ref"]
-    reference = "" if args.skip_ref else f"; pi_ref {s['success_rate']:.3f}"
+    reference = "" if args.skip_ref else f"; pi_ref {ref_test['success']:.3f}"
     print(f"{args.objective}: test success {trained['test_success'].mean():.3f} +- {trained['test_success'].std(ddof=0):.3f} "
           f"over {len(trained)} seeds{reference}; results in {out / 'results.csv'}", file=sys.stderr if args.json else sys.stdout)
     return 0

@@ -1,7 +1,8 @@
 """One training run, headless: the ``train`` command's worker (notebook 04 runs the same pieces by hand).
 
 It sits above the package's layers, as the command line does: stage 1 and the loop come from ``apo``, the greedy
-evaluations and their option rates from ``analysis``, which the Trainer receives as its evaluator.
+evaluations and their option rates from ``analysis`` (``greedy_evaluation``), which the Trainer receives as its
+evaluator.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import time
 from pathlib import Path
 
 from .analysis.evaluate import greedy_evaluation
-from .analysis.failures import OPTION_RATES
 from .apo.trainer import Trainer, latest_checkpoint, load_models, make_accelerator
 from .apo.vstar import stage1
 from .config import Profile, apo_overrides
@@ -53,8 +53,7 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
                "demo_skip_options": _ref_record(ref_dir, "demo_skip_options", 0.0),
                "ref_demonstrations": _ref_record(ref_dir, "demonstrations"),
                "show_selected_options": profile.policy.show_selected_options,
-               "test_success": test["success"], "test_score": test["score"], "test_steps": test["steps"],
-               "test_invalid_rate": test["invalid_rate"], **{f"test_{k}": test[k] for k in OPTION_RATES},
+               **{f"test_{k}": v for k, v in test.items() if k not in ("iteration", "split")},
                "val_success": float(state.evals["success"].iloc[-1]),
                "train_seconds": round(float(state.history["seconds"].sum()), 1),
                "wall_seconds_this_call": round(time.perf_counter() - start, 1),

@@ -106,15 +106,14 @@ for path, objective, recipe in sloppy_runs:
     if path.exists():
         rows.append(seeds_row(f"{objective} (from pi_ref, options ignored{recipe})",
                               pd.read_csv(path).query("objective == @objective")))
-for count in (300,):  # notebook 04 section 6: pi_refs from fewer demonstrations of the full expert, then A*PO
-    path = RESULTS_DIR / f"apo_demos{count}_class_seeds.csv"
-    if path.exists():
-        table = pd.read_csv(path)
-        runs = table.query("objective == 'apo'")
-        rows.append(start_row(f"pi_ref ({count} demonstrations)", table.query("objective == 'pi_ref'").iloc[0],
-                              f"imitation of {int(runs['ref_demonstrations'].iloc[0])} expert demonstrations "
-                              f"(notebook 02's sweep, retrained for notebook 04)"))
-        rows.append(seeds_row(f"apo (from pi_ref of {count} demonstrations, greedy search, disagreeing goals)", runs))
+demo_tables = {int(path.name.removeprefix("apo_demos").removesuffix("_class_seeds.csv")): pd.read_csv(path)
+               for path in sorted(RESULTS_DIR.glob("apo_demos*_class_seeds.csv"))}  # notebook 04 section 6
+for count, table in demo_tables.items():  # pi_refs from fewer demonstrations of the full expert, then A*PO
+    runs = table.query("objective == 'apo'")
+    rows.append(start_row(f"pi_ref ({count} demonstrations)", table.query("objective == 'pi_ref'").iloc[0],
+                          f"imitation of {int(runs['ref_demonstrations'].iloc[0])} expert demonstrations "
+                          f"(notebook 02's sweep, retrained for notebook 04)"))
+    rows.append(seeds_row(f"apo (from pi_ref of {count} demonstrations, greedy search, disagreeing goals)", runs))
 selected_path = RESULTS_DIR / "apo_sloppy_selected_class_seeds.csv"
 if selected_path.exists():  # notebook 04 section 6: the same demonstrations on item pages that show the selection
     selected = pd.read_csv(selected_path)
@@ -172,11 +171,9 @@ if "pi_ref (options ignored)" in get.index:
                for m in get.index if prefix in m and "selection shown" not in m]
     lines.append(f"- From the π_ref whose demonstrations ignored the options half the time ({start:.1%}): "
                  f"{', '.join(trained)}; the target was +10 points (notebook 04 section 6).")
-for count in (300,):
-    if f"pi_ref ({count} demonstrations)" not in get.index:
-        continue
+for count, table in demo_tables.items():
     start = get.loc[f"pi_ref ({count} demonstrations)", "success_rate"]
-    runs = pd.read_csv(RESULTS_DIR / f"apo_demos{count}_class_seeds.csv").query("objective == 'apo'")["test_success"]
+    runs = table.query("objective == 'apo'")["test_success"]
     lines.append(f"- From the π_ref of {count} demonstrations ({start:.1%}), A*PO with greedy search on the goals whose "
                  f"samples disagree reaches {runs.mean():.1%} ({runs.mean() - start:+.1%}, spread over seeds "
                  f"{runs.std(ddof=0):.1%}; the target was +10 points; notebook 04 section 6).")
