@@ -287,6 +287,33 @@ def cmd_decisions(args) -> int:
     return 0
 
 
+def cmd_generalization(args) -> int:
+    """pi_ref and a run's final policies, greedy, on the goals the run trained on and on unseen goals chosen the same
+    way (analysis.generalization); with --save the rows are merged into data/results/generalization_<profile>.csv."""
+    import pandas as pd
+
+    from .analysis.generalization import generalization_gains, reference_only, seen_and_unseen, sharpening_ceiling
+    from .files import merge_csv_rows
+
+    if not args.run and not args.ref:
+        raise ValueError("generalization needs --run RUN_FOLDER ... and/or --ref PI_REF_FOLDER ...")
+    profile = get_profile(args.profile)
+    tables = [seen_and_unseen(run, profile, vstar_dir=args.vstar, unseen_goals=args.goals, progress=not args.json)
+              for run in args.run]
+    tables += [reference_only(ref, profile, unseen_goals=args.goals, progress=not args.json) for ref in args.ref]
+    table = pd.concat(tables, ignore_index=True)
+    gains, ceiling = generalization_gains(table), sharpening_ceiling(table)
+    if args.json:
+        print(json.dumps({"gains": gains.to_dict("records"), "ceiling": ceiling.to_dict("records")}))
+    else:
+        print(gains.round(3).to_string(index=False), ceiling.round(3).to_string(index=False), sep="\n\n")
+    if args.save:
+        path = RESULTS_DIR / f"generalization_{profile.name}.csv"
+        merge_csv_rows(path, table.to_dict("records"), ["run", "policy", "goals"])
+        print(f"saved {path}")
+    return 0
+
+
 def _main_process() -> bool:
     """False in every process but the first under ``accelerate launch`` / ``torchrun``."""
     from accelerate import PartialState
@@ -563,6 +590,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="with --save: decisions_<name>_<profile>.csv and "
                    "option_progress_<name>_<profile>.csv, for another set of policies")
     p.set_defaults(func=cmd_decisions)
+
+    p = sub.add_parser("generalization", help="a run's policies on the goals it trained on and on unseen goals whose "
+                       "pi_ref samples disagree as the training goals' did")
+    p.add_argument("--run", nargs="*", default=[], help="folders of finished `train` runs (seed_*/policy inside)")
+    p.add_argument("--ref", nargs="*", default=[], help="pi_ref folders measured alone on the unseen goals (the "
+                   "profile's sampling settings), e.g. when a run's policies were not kept")
+    p.add_argument("--vstar", default="runs/vstar", help="the V* cache the runs trained from")
+    p.add_argument("--goals", type=int, default=None, help="unseen goals per held-out split (default: all)")
+    p.add_argument("--profile", default=None, help="ci | class | gpu (default: $APO_PROFILE or class)")
+    p.add_argument("--save", action="store_true", help="merge the rows into data/results/generalization_<profile>.csv")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_generalization)
 
     p = sub.add_parser("train", help="RAGEN's loop with A*PO (or another objective), one run per seed")
     p.add_argument("--objective", default="apo", help="objective name (apo)")

@@ -255,12 +255,14 @@ plt.show()
 # %% [markdown]
 # ## 7. More demonstrations, better π_ref?
 #
-# `python -m apo_helpers sweep-ref --demonstrations 150 300 1200 --pretrain-steps 300 --save` (and
+# `python -m apo_helpers sweep-ref --demonstrations 150 300 1200 1800 --pretrain-steps 300 --save` (and
 # `--pretrain-steps 0` for the runs without the pretraining phase) retrains π_ref with the same number of steps from
 # a different number of expert demonstrations and evaluates each greedily on the test goals; every finished point is
-# merged into `data/results/ref_sweep.csv`. Each point takes as long as π_ref itself, longer than a class allows,
-# so this notebook plots the committed table, with the π_ref of section 6 as a star. The runs without pretraining
-# take the same imitation steps and skip the pretraining ones, so they also train for fewer steps in all.
+# merged into `data/results/ref_sweep.csv`. 1,800 is every goal of the train split: the most the train goals can
+# demonstrate (notebook 04 section 6 sets the RL target against it). Each point takes as long as π_ref itself,
+# longer than a class allows, so this notebook plots the committed table, with the π_ref of section 6 as a star. The
+# runs without pretraining take the same imitation steps and skip the pretraining ones, so they also train for
+# fewer steps in all.
 #
 # Read it for two lessons: how fast success grows with the number of demonstrations (the copying skills a tiny
 # model needs take many examples), and what the pretraining phase on whole episodes is worth: the miniature of why

@@ -149,3 +149,20 @@ def test_gpu_table_reads_the_run_and_its_seeds(tmp_path):
     lines = gpu_table(tmp_path).splitlines()
     assert lines[2] == "| pi_ref (smollm2-135m, imitation) | GPU X | - | 62.0% | 0.870 | 3.94 | 400 steps x 8 chats, lr 2e-05 | 61 |"
     assert lines[3] == "| apo | GPU X | 2 | 60.0%, 70.0% | 0.800 | 4.00 | 20 iterations x 64 episodes | 300 |"
+
+
+def test_generalization_table_gives_each_group_its_gain(tmp_path):
+    from apo_helpers.analysis.readme import generalization_table
+
+    assert generalization_table(tmp_path) is None
+    rows = [("pi_ref", "trained on", 0.5), ("seed 0", "trained on", 0.6), ("seed 1", "trained on", 0.8),
+            ("pi_ref", "unseen, samples disagree", 0.25), ("seed 0", "unseen, samples disagree", 0.5),
+            ("seed 1", "unseen, samples disagree", 0.5),
+            ("pi_ref", "unseen, all", 0.3), ("seed 0", "unseen, all", 0.3), ("seed 1", "unseen, all", 0.3)]
+    pd.DataFrame([{"run": "apo_x_class", "ref": "pi_ref_class", "policy": p, "goals": g,
+                   "n_goals": 4 if "disagree" in g else 40, "greedy_success": s, "mean_score": s}
+                  for p, g, s in rows]).to_csv(tmp_path / "generalization_class.csv", index=False)
+    lines = generalization_table(tmp_path).splitlines()
+    assert lines[2] == "| apo_x_class | trained on | 40 | 50.0% | 70.0% ± 10.0% | +20.0% | 2 |"
+    assert lines[4] == "| apo_x_class | unseen, all | 40 | 30.0% | 30.0% ± 0.0% | +0.0% | 2 |"
+    assert lines[-1] == "| apo_x_class | 40 | 10.0% | 25.0% | +7.5% | +0.0% |"  # 3 of 4 failed: 3/40

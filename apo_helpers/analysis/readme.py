@@ -221,7 +221,7 @@ def ref_sweep_table(results: Path = RESULTS_DIR) -> str | None:
                                   for s, lo, hi in zip(df["test_success_rate"], df["ci95_low"], df["ci95_high"])],
         "test mean score": df["test_mean_score"].map("{:.3f}".format),
         "invalid actions": df["invalid_rate"].map("{:.1%}".format),
-        "training minutes (CPU, 1 thread)": (df["train_seconds"] / 60).map("{:.1f}".format)})
+        "training minutes (CPU)": (df["train_seconds"] / 60).map("{:.1f}".format)})
     return _markdown(table)
 
 
@@ -247,9 +247,37 @@ def gpu_table(results: Path = RESULTS_DIR) -> str | None:
     return _markdown(pd.DataFrame(rows))
 
 
+def generalization_table(results: Path = RESULTS_DIR) -> str | None:
+    """Greedy success of pi_ref and of a run's final policies on the goals the run trained on and on unseen goals
+    (``generalization_class.csv``, ``python -m apo_helpers generalization --save``; notebook 04 section 6)."""
+    path = results / "generalization_class.csv"
+    if not path.exists():
+        return None
+    from .generalization import generalization_gains, sharpening_ceiling
+
+    raw = pd.read_csv(path)
+    df = generalization_gains(raw)
+    table = pd.DataFrame({
+        "run (table)": df["run"], "goals": df["goals"], "goals played": df["goals played"],
+        "pi_ref greedy success": df["π_ref"].map("{:.1%}".format),
+        "A*PO greedy success (mean ± std over seeds)": [f"{m:.1%} ± {s:.1%}" for m, s in
+                                                        zip(df["A*PO (mean of seeds)"], df["std over seeds"])],
+        "gain": df["gain"].map("{:+.1%}".format), "seeds": df["seeds"]})
+    ceiling = sharpening_ceiling(raw)
+    bound = pd.DataFrame({
+        "run or pi_ref": ceiling["run"], "unseen goals": ceiling["unseen goals"],
+        "share whose pi_ref samples disagree": ceiling["share whose samples disagree"].map("{:.1%}".format),
+        "pi_ref greedy success on them": ceiling["π_ref greedy success there"].map("{:.1%}".format),
+        "most gain from solving them all": ceiling["most gain from them"].map("{:+.1%}".format),
+        "measured gain, all unseen (mean of seeds)": ceiling["measured gain (all unseen)"].map(
+            lambda v: "-" if pd.isna(v) else f"{v:+.1%}")})
+    return _markdown(table) + "\n\n" + _markdown(bound)
+
+
 SECTIONS = {"baselines": baselines_table, "bench-env": bench_env_table, "pi-ref": pi_ref_table,
             "bench-rollout": bench_rollout_table, "trained": trained_table, "bench-train": bench_train_table,
-            "compare": compare_table, "pretrained": pretrained_table, "ref-sweep": ref_sweep_table, "gpu": gpu_table}
+            "compare": compare_table, "pretrained": pretrained_table, "ref-sweep": ref_sweep_table, "gpu": gpu_table,
+            "generalization": generalization_table}
 
 
 def render_readme(text: str, results: Path = RESULTS_DIR) -> str:
