@@ -10,11 +10,14 @@ final policy greedily on
   ``keep_disagreeing`` (N samples of pi_ref, drawn as in stage 1, include a success and a failure), so that before
   training the two groups are alike: goals pi_ref solves sometimes, not always.
 
-If the policies gain on the first group and not on the third, the update fitted the goals it practised and did not
-learn the rule behind them. ``generalization_gains`` puts the seeds' mean gain over pi_ref per group side by side.
+If the policies gain on the first group and not on the second, the update fitted the goals it practised and did
+not learn the rule behind them. ``generalization_gains`` puts the seeds' mean gain over pi_ref per group side by
+side; ``sharpening_ceiling`` says how much solving every disagreeing unseen goal could add to success on all of
+them, the most an update that learns only where pi_ref's samples disagree can gain. ``reference_only`` measures
+the unseen groups of a pi_ref alone (for a run whose policies were not kept).
 
-``python -m apo_helpers generalization --run runs/apo_demos300_class --save`` merges its rows into
-``data/results/generalization_<profile>.csv`` (one row per run, policy and group of goals).
+``python -m apo_helpers generalization --run runs/apo_demos300_class --ref runs/pi_ref_class --save`` merges its
+rows into ``data/results/generalization_<profile>.csv`` (one row per run, policy and group of goals).
 """
 
 from __future__ import annotations
