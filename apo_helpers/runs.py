@@ -19,14 +19,16 @@ from .files import atomic_write_text
 from .policy.models import rendering_files, save_policy, with_rendering
 
 
-def _ref_record(ref_dir, key: str, default=None):
-    """One field of pi_ref's ``metrics.json`` (``demo_skip_options``: the share of demonstrations that ignored the
-    options; ``demonstrations``: how many pi_ref imitated); None when the folder has no such record, e.g. a policy
-    saved by hand."""
+def _ref_record(ref_dir) -> dict:
+    """What a run records of its pi_ref's ``metrics.json``: ``demo_skip_options`` (the share of demonstrations that
+    ignored the options; 0 when not recorded) and ``ref_demonstrations`` (how many pi_ref imitated); both None when
+    the folder has no such file, e.g. a policy saved by hand."""
     path = Path(ref_dir) / "metrics.json"
     if not path.exists():
-        return None
-    return json.loads(path.read_text()).get(key, default)
+        return {"demo_skip_options": None, "ref_demonstrations": None}
+    metrics = json.loads(path.read_text())
+    return {"demo_skip_options": metrics.get("demo_skip_options", 0.0),
+            "ref_demonstrations": metrics.get("demonstrations")}
 
 
 def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, objective: str = "apo",
@@ -50,8 +52,7 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
     test = trainer.evaluate("test", profile.apo.test_episodes)
     metrics = {"objective": objective, "seed": seed, "profile": profile.name, "iterations": state.iteration,
                "ref": Path(ref_dir).name, "apo_overrides": apo_overrides(profile),
-               "demo_skip_options": _ref_record(ref_dir, "demo_skip_options", 0.0),
-               "ref_demonstrations": _ref_record(ref_dir, "demonstrations"),
+               **_ref_record(ref_dir),
                "show_selected_options": profile.policy.show_selected_options,
                **{f"test_{k}": v for k, v in test.items() if k not in ("iteration", "split")},
                "val_success": float(state.evals["success"].iloc[-1]),

@@ -523,16 +523,16 @@ if sloppy_tables:
             "π_ref, options ignored in 50% of demonstrations": sloppy_ref[list(columns)]}
     per_seed = []
     for name, table in sloppy_tables.items():
-        runs = table[table["objective"] == "apo"]
-        per_seed.append(runs.assign(table=name, seed=runs["seed"].astype(int)))
-        label = f"{name}: {len(runs)} seed(s) × {int(runs['iterations'].iloc[0])} it."
-        print(f"{name} ({SLOPPY_TABLES[name]}), trained on {int(runs['vstar_goals'].iloc[0])} goals: gain over "
-              f"its π_ref {runs['test_success'].mean() - sloppy_ref['test_success']:+.3f} ({spread(runs)}; the target "
-              f"was +0.10); options clicked on goals that ask for them {sloppy_ref['test_option_clicked']:.3f} -> "
-              f"{runs['test_option_clicked'].mean():.3f}")
-        rows[label] = runs[list(columns)].mean()
-        if len(runs) > 1:  # one seed has no spread to show
-            rows[f"   {name}: std over seeds"] = runs[list(columns)].std(ddof=0)
+        recipe_runs = table[table["objective"] == "apo"]  # not `runs`: that is section 4's, read again below
+        per_seed.append(recipe_runs.assign(table=name, seed=recipe_runs["seed"].astype(int)))
+        label = f"{name}: {len(recipe_runs)} seed(s) × {int(recipe_runs['iterations'].iloc[0])} it."
+        print(f"{name} ({SLOPPY_TABLES[name]}), trained on {int(recipe_runs['vstar_goals'].iloc[0])} goals: gain "
+              f"over its π_ref {recipe_runs['test_success'].mean() - sloppy_ref['test_success']:+.3f} "
+              f"({spread(recipe_runs)}; the target was +0.10); options clicked on goals that ask for them "
+              f"{sloppy_ref['test_option_clicked']:.3f} -> {recipe_runs['test_option_clicked'].mean():.3f}")
+        rows[label] = recipe_runs[list(columns)].mean()
+        if len(recipe_runs) > 1:  # one seed has no spread to show
+            rows[f"   {name}: std over seeds"] = recipe_runs[list(columns)].std(ddof=0)
     display(pd.DataFrame(rows).T.rename(columns=columns).astype(float).round(3))
     per_seed = pd.concat(per_seed).set_index(["table", "seed"])
     display(per_seed[list(columns)].rename(columns=columns).round(3))
@@ -808,12 +808,10 @@ if seeds_path.exists() and ref_sweep_path.exists():
     sweep_points = pd.read_csv(ref_sweep_path).query("pretrain_steps > 0").set_index("demonstrations")
     every_train_goal = len(default_catalog().split("train"))
     class_demonstrations = get_profile("class").reference.demonstrations
-    section4 = pd.read_csv(seeds_path)  # read again: later cells reuse the names `runs` and `ref_row`
-    start = section4[section4["objective"] == "pi_ref"]["test_success"].iloc[0]
+    start = ref_row["test_success"]  # section 4's pi_ref and runs
     yardstick = pd.DataFrame([
         {"policy": f"π_ref ({class_demonstrations} demonstrations, section 4's start)", "test success": start},
-        {"policy": "A*PO (section 4, mean of seeds)",
-         "test success": section4[section4["objective"] == "apo"]["test_success"].mean()},
+        {"policy": "A*PO (section 4, mean of seeds)", "test success": runs["test_success"].mean()},
         {"policy": "the target: π_ref + 0.10", "test success": start + 0.10}]
         + [{"policy": f"imitation of {count} demonstrations ({int(row['successful_demonstrations'])} successful)"
                       + (": every train goal" if count == every_train_goal else ""),
@@ -858,13 +856,10 @@ if gpu_run_path.exists() and seeds_path.exists():
     gpu_ref, gpu_apo = gpu_seeds[gpu_seeds["objective"] == "pi_ref"].iloc[0], gpu_seeds[gpu_seeds["objective"] == "apo"]
     print(f"{gpu_run['device']}; π_ref imitation: {gpu_run['pi_ref']['sft_steps']} steps in "
           f"{gpu_run['pi_ref']['train_seconds']:.0f} s")
-    tiny = pd.read_csv(seeds_path)  # section 4's runs, read again: later sections reuse the names runs and curves
-    tiny_ref, tiny_apo = tiny[tiny["objective"] == "pi_ref"].iloc[0], tiny[tiny["objective"] == "apo"]
-    tiny_curves = pd.read_csv(history_path)
-    first = tiny_curves[tiny_curves["iteration"] <= len(gpu_history)]  # the tiny model over the same iterations
+    first = curves[curves["iteration"] <= len(gpu_history)]  # section 4's tiny model over the same iterations
     explore = pd.DataFrame({
-        "π_ref greedy test success": [tiny_ref["test_success"], gpu_ref["test_success"]],
-        "A*PO greedy test success": [tiny_apo["test_success"].mean(), gpu_apo["test_success"].mean()],
+        "π_ref greedy test success": [ref_row["test_success"], gpu_ref["test_success"]],
+        "A*PO greedy test success": [runs["test_success"].mean(), gpu_apo["test_success"].mean()],
         "sampled success (training goals)": [first["success"].mean(), gpu_history["success"].mean()],
         "entropy per token (nats)": [first["entropy"].mean(), gpu_history["entropy"].mean()],
         "|log π/π_ref| per trajectory": [first["log_ratio_abs"].mean(), gpu_history["log_ratio_abs"].mean()],

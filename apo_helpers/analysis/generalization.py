@@ -139,25 +139,26 @@ def _greedy_rows(policies, tokenizer, groups: dict, profile: Profile, run: str, 
 
 
 def generalization_gains(table: pd.DataFrame) -> pd.DataFrame:
-    """Per run and group of goals: pi_ref's greedy success, the seeds' mean and spread, and the gain."""
+    """Per run (in the table's order) and group of goals (in ``GROUPS``' order): pi_ref's greedy success, the seeds'
+    mean and spread, and the gain. A pi_ref measured alone (``reference_only``) has no seeds and no row here."""
     rows = []
-    for (run, group), part in table.groupby(["run", "goals"], sort=False):
-        ref = part[part["policy"] == "pi_ref"]["greedy_success"]
-        seeds = part[part["policy"] != "pi_ref"]["greedy_success"]
-        if ref.empty:
-            raise ValueError(f"run {run!r}, goals {group!r}: needs a pi_ref row")
-        if seeds.empty:  # a pi_ref measured alone (reference_only): nothing to compare yet
-            continue
-        rows.append({"run": run, "goals": group, "goals played": int(part["n_goals"].iloc[0]),
-                     "π_ref": float(ref.iloc[0]), "A*PO (mean of seeds)": float(seeds.mean()),
-                     "std over seeds": float(seeds.std(ddof=0)), "gain": float(seeds.mean() - ref.iloc[0]),
-                     "seeds": len(seeds)})
-    gains = pd.DataFrame(rows, columns=["run", "goals", "goals played", "π_ref", "A*PO (mean of seeds)",
-                                        "std over seeds", "gain", "seeds"])
-    order = {group: k for k, group in enumerate(GROUPS)}  # runs as they come, each run's groups as in GROUPS
-    return gains.sort_values("goals", key=lambda g: g.map(order), kind="stable").sort_values(
-        "run", key=lambda r: r.map({run: k for k, run in enumerate(dict.fromkeys(gains["run"]))}),
-        kind="stable").reset_index(drop=True)
+    for run in dict.fromkeys(table["run"]):
+        for group in GROUPS:
+            part = table[(table["run"] == run) & (table["goals"] == group)]
+            if part.empty:
+                continue
+            ref = part[part["policy"] == "pi_ref"]["greedy_success"]
+            seeds = part[part["policy"] != "pi_ref"]["greedy_success"]
+            if ref.empty:
+                raise ValueError(f"run {run!r}, goals {group!r}: needs a pi_ref row")
+            if seeds.empty:
+                continue
+            rows.append({"run": run, "goals": group, "goals played": int(part["n_goals"].iloc[0]),
+                         "π_ref": float(ref.iloc[0]), "A*PO (mean of seeds)": float(seeds.mean()),
+                         "std over seeds": float(seeds.std(ddof=0)), "gain": float(seeds.mean() - ref.iloc[0]),
+                         "seeds": len(seeds)})
+    return pd.DataFrame(rows, columns=["run", "goals", "goals played", "π_ref", "A*PO (mean of seeds)",
+                                       "std over seeds", "gain", "seeds"])
 
 
 def sharpening_ceiling(table: pd.DataFrame) -> pd.DataFrame:
