@@ -101,6 +101,14 @@ sloppy_runs = [(sloppy_path, "apo", ""),  # notebook 04 section 6's recipes: the
                (RESULTS_DIR / "apo_sloppy_gsd_class_seeds.csv", "apo", ", greedy search, disagreeing goals"),
                (RESULTS_DIR / "apo_sloppy_gsd1024_class_seeds.csv", "apo",
                 ", greedy search, disagreeing goals of 1,024"),
+               (RESULTS_DIR / "apo_sloppy_gsd1024_b03_class_seeds.csv", "apo",
+                ", greedy search, disagreeing goals of 1,024, beta2 0.03"),
+               (RESULTS_DIR / "apo_sloppy_gsd1024_b01_class_seeds.csv", "apo",
+                ", greedy search, disagreeing goals of 1,024, beta2 0.01"),
+               (RESULTS_DIR / "apo_sloppy_gsd1024_b003_class_seeds.csv", "apo",
+                ", greedy search, disagreeing goals of 1,024, beta2 0.003"),
+               (RESULTS_DIR / "apo_sloppy_gsd1024_b03_it120_class_seeds.csv", "apo",
+                ", greedy search, disagreeing goals of 1,024, beta2 0.03, 120 iterations"),
                (RESULTS_DIR / "apo_split_sloppy_class_seeds.csv", "apo_split", "")]
 for path, objective, recipe in sloppy_runs:
     if path.exists():

@@ -59,6 +59,21 @@ def test_trained_table_keeps_each_pi_ref_with_its_runs(tmp_path):
     assert lines[5].startswith("| apo | full expert; 148 demonstrations | 2 | 26.0% ± 1.0% |")
 
 
+def test_trained_table_groups_tables_of_one_pi_ref_folder(tmp_path):
+    # an older table of a pi_ref and a newer one that also records its demonstrations: one group, the fuller label
+    _seeds(tmp_path / "apo_sloppy_class_seeds.csv", "apo", [0.30], ref_success=0.275, demo_skip_options=0.5,
+           ref="pi_ref_sloppy")
+    _seeds(tmp_path / "apo_sloppy_b03_class_seeds.csv", "apo", [0.34], ref_success=0.275, demo_skip_options=0.5,
+           ref="pi_ref_sloppy", ref_demonstrations=595)
+    lines = trained_table(tmp_path).splitlines()
+    assert len(lines) == 5 and sum("pi_ref (start)" in line for line in lines) == 1
+    assert all("options ignored in 50%; 595 demonstrations" in line for line in lines[2:])
+    # another pi_ref folder with the same description is another group
+    _seeds(tmp_path / "apo_other_class_seeds.csv", "apo", [0.31], ref_success=0.26, demo_skip_options=0.5,
+           ref="pi_ref_other")
+    assert sum("pi_ref (start)" in line for line in trained_table(tmp_path).splitlines()) == 2
+
+
 def test_bench_train_table_and_sections_are_filled(tmp_path):
     (tmp_path / "bench_train.json").write_text(json.dumps({
         "batch_goals": 32, "device": "cpu", "torch_threads": 2, "seconds_median": 5.5, "rollout_seconds_median": 2.0,

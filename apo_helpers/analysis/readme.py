@@ -99,7 +99,8 @@ def _recipe(runs: pd.DataFrame) -> str:
 
 
 def trained_table(results: Path = RESULTS_DIR) -> str | None:
-    """Per pi_ref (the ``*_class_seeds.csv`` files grouped by their demonstrations and item pages): pi_ref's row
+    """Per pi_ref (the ``*_class_seeds.csv`` files grouped by their pi_ref folder, ``ref``, or where a table does not
+    record it by their demonstrations and item pages): pi_ref's row
     once, then one row per trained objective of any of its files (mean and spread over seeds); the demonstrations
     column tells the pi_refs apart (what the demonstrator did, the item pages, how many it imitated where recorded),
     the table column the runs of one objective (``train --name``), the last column the ``--set`` changes they ran
@@ -108,6 +109,7 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
     if not paths:
         return None
     groups: dict[str, list[pd.DataFrame]] = {}
+    labels: dict[str, str] = {}  # per group, the fullest description any of its tables gives
     stems = {}  # which data/results/<table>_class_seeds.csv a row comes from: runs of one objective differ by it
     for path in paths:
         df = pd.read_csv(path)
@@ -120,9 +122,13 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
         count = df["ref_demonstrations"].dropna() if "ref_demonstrations" in df else pd.Series(dtype=float)
         if len(count):  # another pi_ref: fewer (or more) demonstrations; tables written before do not record it
             demos += f"; {int(count.iloc[0])} demonstrations"
-        groups.setdefault(demos, []).append(df)
+        refs = df["ref"].dropna() if "ref" in df else pd.Series(dtype=str)
+        key = refs.iloc[0] if len(refs) else demos  # one pi_ref folder, one group, though older tables say less
+        groups.setdefault(key, []).append(df)
+        labels[key] = max(labels.get(key, ""), demos, key=len)
     rows = []
-    for demos, frames in groups.items():
+    for key, frames in groups.items():
+        demos = labels[key]
         ref = frames[0][frames[0]["objective"] == "pi_ref"].iloc[0]
         rows.append({"policy": "pi_ref (start)", "demonstrations": demos, "seeds": "-",
                      "test success (mean ± std over seeds)": f"{ref['test_success']:.1%}", "per seed": "-",
