@@ -178,7 +178,7 @@ if "pi_ref (options ignored)" in get.index:
                f"({get.loc[m, 'success_rate'] - start:+.1%})"
                for m in get.index if prefix in m and "selection shown" not in m]
     lines.append(f"- From the π_ref whose demonstrations ignored the options half the time ({start:.1%}): "
-                 f"{', '.join(trained)}; the target was +10 points (notebook 04 section 6).")
+                 f"{', '.join(trained)}; the target was +10 points (notebook 04 sections 6 and 8, β₂ in 8).")
 for count, table in demo_tables.items():
     start = get.loc[f"pi_ref ({count} demonstrations)", "success_rate"]
     runs = table.query("objective == 'apo'")["test_success"]
