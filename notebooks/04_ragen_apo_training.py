@@ -954,32 +954,17 @@ beta2_runs = {name: (beta2, {part: pd.read_csv(RESULTS_DIR / f"{name}_class_{par
               for beta2, name in BETA2_TABLES if (RESULTS_DIR / f"{name}_class_seeds.csv").exists()}
 if len(beta2_runs) > 1:
     start = next(t["seeds"] for _, t in beta2_runs.values()).query("objective == 'pi_ref'").iloc[0]
-    rows = {}
-    for name, (beta2, tables) in beta2_runs.items():
+    summary = {"π_ref (start)": start[list(columns)], "full-expert π_ref (section 6, live)": full_row[list(columns)]}
+    for name, (beta2, tables) in beta2_runs.items():  # section 6's test columns, then the spread and the history
         trained = tables["seeds"].query("objective == 'apo'")
         late = tables["history"].query("40 <= iteration <= 59")  # a window every run has
-        rows[f"β₂ = {beta2:g}, {int(trained['iterations'].iloc[0])} it."] = {
-            "seeds": len(trained), "test success": trained["test_success"].mean(),
+        summary[f"β₂ = {beta2:g}, {int(trained['iterations'].iloc[0])} it."] = pd.Series({
+            **trained[list(columns)].mean(), "seeds": len(trained),
             "std over seeds": trained["test_success"].std(ddof=0),
-            "gain over π_ref": trained["test_success"].mean() - start["test_success"],
-            "options clicked (test)": trained["test_option_clicked"].mean(),
-            "every option right (test)": trained["test_options_right"].mean(),
-            "success, goals with options": trained["test_success_with_options"].mean(),
-            "success, goals without": trained["test_success_without_options"].mean(),
             "KL (it. 40-59)": late["kl"].mean(), "|log π/π_ref| (it. 40-59)": late["log_ratio_abs"].mean(),
-            "sampled success, training goals (it. 40-59)": late["success"].mean()}
-    beta2_table = pd.DataFrame({"π_ref (start)": {
-        "seeds": 0, "test success": start["test_success"], "std over seeds": None, "gain over π_ref": 0.0,
-        "options clicked (test)": start["test_option_clicked"],
-        "every option right (test)": start["test_options_right"],
-        "success, goals with options": start["test_success_with_options"],
-        "success, goals without": start["test_success_without_options"]},
-        "full-expert π_ref (section 6, live)": {
-        "test success": full_row["test_success"], "gain over π_ref": full_row["test_success"] - start["test_success"],
-        "options clicked (test)": full_row["test_option_clicked"],
-        "every option right (test)": full_row["test_options_right"],
-        "success, goals with options": full_row["test_success_with_options"],
-        "success, goals without": full_row["test_success_without_options"]}, **rows}).T
+            "sampled success, training goals (it. 40-59)": late["success"].mean()})
+    beta2_table = pd.concat(summary, axis=1, sort=False).T.astype(float).rename(columns=columns)
+    beta2_table.insert(1, "gain over π_ref", beta2_table["test success"] - start["test_success"])
     display(beta2_table.round(3))
     fig, axes = plt.subplots(1, 3, figsize=(14, 3))
     for name, (beta2, tables) in beta2_runs.items():
@@ -996,7 +981,7 @@ if len(beta2_runs) > 1:
     fig.suptitle("section 6's best recipe at four values of β₂ (mean of seeds, band: lowest to highest)", y=1.04)
     plots.save(fig, "04_beta2_sloppy")
     plt.show()
-    trained_rows = beta2_table.loc[list(rows)]
+    trained_rows = beta2_table.iloc[2:]  # the runs, below the two π_refs
     best = trained_rows["gain over π_ref"].idxmax()
     gap = full_row["test_success"] - start["test_success"]
     print(f"largest gain: {best}, {trained_rows.loc[best, 'gain over π_ref']:+.3f} over π_ref "
@@ -1018,11 +1003,12 @@ else:
 # iterations the goals without options lose a little. Twice the iterations at 0.03 adds about a point, within the
 # spread.
 #
-# The best of these runs is still short of the +10-point target (printed above), and the last line says why the
-# target is steep here: the full-expert π_ref, imitated from the demonstrator that never skipped the options, sits
-# only a little above π_ref + 10 points, so meeting the target means recovering nearly everything the skipped demonstrations
-# would have taught, from a sampled episode and its score. What is left is mostly the option *values* (the every-
-# option-right column stays below the full π_ref's) and, at 60 iterations, a small loss on goals without options.
+# The best of these runs is still short of the +10-point target (printed above), and the last line says why the target
+# is steep here: the full-expert π_ref, imitated from the demonstrator that never skipped the options, sits only a
+# little above π_ref + 10 points, so meeting the target means recovering nearly everything the skipped demonstrations
+# would have taught, from a sampled episode and its score. What is left is mostly the option *values* (the
+# every-option-right column stays below the full π_ref's) and, at 60 iterations, a small loss on goals without
+# options.
 
 # %% [markdown]
 # ## 9. Before and after, on the same goals

@@ -176,7 +176,8 @@ def sharpening_ceiling(table: pd.DataFrame) -> pd.DataFrame:
         fails = n_disagree * (1 - ref.loc[GROUPS[1], "greedy_success"]) if n_disagree else 0.0
         measured = (seeds[seeds["goals"] == GROUPS[2]]["greedy_success"].mean() - ref.loc[GROUPS[2], "greedy_success"]
                     if len(seeds) else float("nan"))  # NaN for a pi_ref measured alone
-        rows.append({"run": run, "seeds": seeds["policy"].nunique(), "unseen goals": n_all, "share whose samples disagree": n_disagree / n_all,
+        rows.append({"run": run, "seeds": seeds["policy"].nunique(), "unseen goals": n_all,
+                     "share whose samples disagree": n_disagree / n_all,
                      "π_ref greedy success there": ref.loc[GROUPS[1], "greedy_success"],
                      "most gain from them": fails / n_all, "measured gain (all unseen)": float(measured)})
     return pd.DataFrame(rows)

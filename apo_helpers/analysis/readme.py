@@ -100,11 +100,10 @@ def _recipe(runs: pd.DataFrame) -> str:
 
 def trained_table(results: Path = RESULTS_DIR) -> str | None:
     """Per pi_ref (the ``*_class_seeds.csv`` files grouped by their pi_ref folder, ``ref``, or where a table does not
-    record it by their demonstrations and item pages): pi_ref's row
-    once, then one row per trained objective of any of its files (mean and spread over seeds); the demonstrations
-    column tells the pi_refs apart (what the demonstrator did, the item pages, how many it imitated where recorded),
-    the table column the runs of one objective (``train --name``), the last column the ``--set`` changes they ran
-    with."""
+    record it by their demonstrations and item pages): pi_ref's row once, then one row per trained objective of any
+    of its files (mean and spread over seeds); the demonstrations column tells the pi_refs apart (what the
+    demonstrator did, the item pages, how many it imitated where recorded), the table column the runs of one
+    objective (``train --name``), the last column the ``--set`` changes they ran with."""
     paths = sorted(results.glob("*_class_seeds.csv"))
     if not paths:
         return None
