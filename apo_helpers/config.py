@@ -186,6 +186,12 @@ class APOConfig:
     keep_disagreeing: bool = False
     """Keep only goals whose N samples include both a success and a failure: RL then draws only goals whose outcome
     is still uncertain under pi_ref (StarPO-S's idea, applied once, from stage 1's samples)."""
+    keep_varying: bool = False
+    """Keep only goals whose N sampled rewards are not all equal (StarPO-S's filter on the spread of the rewards,
+    applied once, from stage 1's samples): the disagreeing goals and also those where every sample failed but some
+    bought a product that matched more of the instruction (graded reward), the goals where the choice of options
+    is scored. Needs no success among the samples, so it keeps more goals than ``keep_disagreeing`` (notebook 04
+    section 8 counts both)."""
     iterations: int = 120
     """RAGEN outer-loop iterations: one batched rollout, then ``update_epochs`` optimizer steps."""
     batch_goals: int = 32

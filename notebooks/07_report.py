@@ -109,6 +109,10 @@ sloppy_runs = [(sloppy_path, "apo", ""),  # notebook 04 section 6's recipes: the
                 ", greedy search, disagreeing goals of 1,024, beta2 0.003"),
                (RESULTS_DIR / "apo_sloppy_gsd1024_b03_it120_class_seeds.csv", "apo",
                 ", greedy search, disagreeing goals of 1,024, beta2 0.03, 120 iterations"),
+               (RESULTS_DIR / "apo_sloppy_gsv1024_b03_class_seeds.csv", "apo",
+                ", greedy search, goals of 1,024 whose rewards vary, beta2 0.03"),
+               (RESULTS_DIR / "apo_sloppy_gsv1024_b03_it120_class_seeds.csv", "apo",
+                ", greedy search, goals of 1,024 whose rewards vary, beta2 0.03, 120 iterations"),
                (RESULTS_DIR / "apo_split_sloppy_class_seeds.csv", "apo_split", "")]
 for path, objective, recipe in sloppy_runs:
     if path.exists():

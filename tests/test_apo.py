@@ -244,7 +244,7 @@ def test_goal_filters_apply_to_cached_tables_too(models, monkeypatch, tmp_path):
     assert len(first.table) == P.apo.vstar_goals and first.dropped == 0
     monkeypatch.setattr("apo_helpers.apo.vstar.sample_rewards", lambda *a, **k: pytest.fail("the cache was not used"))
     for flags, kept in [({"drop_unsolved": True}, P.apo.vstar_goals - 1), ({"keep_disagreeing": True}, 1),
-                        ({}, P.apo.vstar_goals)]:
+                        ({"keep_varying": True}, P.apo.vstar_goals - 2), ({}, P.apo.vstar_goals)]:
         profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, **flags))
         result = stage1(ref_model, tokenizer, profile, tmp_path, progress=False)
         assert result.loaded and len(result.table) == kept and result.dropped == P.apo.vstar_goals - kept, flags

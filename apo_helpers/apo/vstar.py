@@ -8,7 +8,7 @@ log-sum-exp trick so small beta1 does not overflow.
 ``stage1`` samples N episodes of the frozen pi_ref per goal (one batched rollout over all of them), and caches the
 table on disk under a key made of pi_ref's weights hash, N, beta1, the temperature and the goals: a second call with
 the same key loads instead of sampling. The cache holds every goal; the optional filters (``drop_unsolved``,
-``keep_disagreeing``) are applied after it, so changing them never needs new samples.
+``keep_disagreeing``, ``keep_varying``) are applied after it, so changing them never needs new samples.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class VStarTable:
     table: pd.DataFrame
     key: str
     dropped: int = 0
-    """Goals removed by the filters ``drop_unsolved`` and ``keep_disagreeing`` (``filter_goals``)."""
+    """Goals removed by the filters ``drop_unsolved``, ``keep_disagreeing`` and ``keep_varying`` (``filter_goals``)."""
     loaded: bool = False
     """True when the table came from the cache."""
     seconds: float | None = None
@@ -193,11 +193,14 @@ def stage1(model, tokenizer, profile: Profile, cache_dir=None, goals: list[Goal]
 
 def filter_goals(result: VStarTable, config: APOConfig) -> VStarTable:
     """Drop the goals the config's filters exclude: ``drop_unsolved`` (no sample scored above 0) and
-    ``keep_disagreeing`` (not both a success and a failure among the N samples); ``dropped`` counts them."""
+    ``keep_disagreeing`` (not both a success and a failure among the N samples) and ``keep_varying`` (all N rewards
+    equal); ``dropped`` counts them."""
     table = result.table
     keep = pd.Series(True, index=table.index)
     if config.drop_unsolved:
         keep &= table["max"] > 0
     if config.keep_disagreeing:
         keep &= (table["successes"] > 0) & (table["successes"] < table["rewards"].map(len))
+    if config.keep_varying:
+        keep &= table["rewards"].map(lambda r: max(r) > min(r))
     return dataclasses.replace(result, table=table[keep].reset_index(drop=True), dropped=int((~keep).sum()))
