@@ -31,6 +31,7 @@
 
 # %%
 import dataclasses
+import functools
 import inspect
 import json
 
@@ -948,10 +949,15 @@ else:
 # |log π/π_ref| columns average the training history over iterations 40 to 59, a window every run has.
 
 # %%
+@functools.cache  # the next subsection reads some of the same runs
+def committed_run(name):
+    """A committed `train --name NAME --save`'s seeds, history and evals tables."""
+    return {part: pd.read_csv(RESULTS_DIR / f"{name}_class_{part}.csv") for part in ("seeds", "history", "evals")}
+
+
 BETA2_TABLES = [(0.1, "apo_sloppy_gsd1024"), (0.03, "apo_sloppy_gsd1024_b03_it120"), (0.03, "apo_sloppy_gsd1024_b03"),
                 (0.01, "apo_sloppy_gsd1024_b01"), (0.003, "apo_sloppy_gsd1024_b003")]
-beta2_runs = {name: (beta2, {part: pd.read_csv(RESULTS_DIR / f"{name}_class_{part}.csv")
-                             for part in ("seeds", "history", "evals")})
+beta2_runs = {name: (beta2, committed_run(name))
               for beta2, name in BETA2_TABLES if (RESULTS_DIR / f"{name}_class_seeds.csv").exists()}
 if len(beta2_runs) > 1:
     start = next(t["seeds"] for _, t in beta2_runs.values()).query("objective == 'pi_ref'").iloc[0]
@@ -1034,8 +1040,7 @@ else:
 FILTER_TABLES = {"apo_sloppy_gsd1024_b03": "disagreeing goals", "apo_sloppy_gsd1024_b03_it120": "disagreeing goals",
                  "apo_sloppy_gsv1024_b03": "goals whose rewards vary",
                  "apo_sloppy_gsv1024_b03_it120": "goals whose rewards vary"}
-filter_runs = {name: {part: pd.read_csv(RESULTS_DIR / f"{name}_class_{part}.csv")
-                      for part in ("seeds", "history", "evals")}
+filter_runs = {name: committed_run(name)
                for name in FILTER_TABLES if (RESULTS_DIR / f"{name}_class_seeds.csv").exists()}
 if len(filter_runs) > 1:
     start = next(iter(filter_runs.values()))["seeds"].query("objective == 'pi_ref'").iloc[0]
@@ -1193,5 +1198,5 @@ else:
 #   which from this π_ref asks for nearly all of the gap to the full-expert π_ref.
 # - Which goals RL practises matters next (section 8): keeping every goal whose stage-1 rewards vary, not only those
 #   with a success, reaches the same test gain in half the iterations and the largest gain on all unseen goals, still
-#   short of +10 points on test; trained longer, one seed broke its greedily typed search turn, which the regression leaves out of log π. Anchoring those turns to π_ref
-#   is the next thing to try before longer runs.
+#   short of +10 points on test; trained longer, one seed broke its greedily typed search turn, which the
+#   regression leaves out of log π. Anchoring those turns to π_ref is the next thing to try before longer runs.

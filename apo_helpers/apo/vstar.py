@@ -192,7 +192,7 @@ def stage1(model, tokenizer, profile: Profile, cache_dir=None, goals: list[Goal]
 
 
 def filter_goals(result: VStarTable, config: APOConfig) -> VStarTable:
-    """Drop the goals the config's filters exclude: ``drop_unsolved`` (no sample scored above 0) and
+    """Drop the goals the config's filters exclude: ``drop_unsolved`` (no sample scored above 0),
     ``keep_disagreeing`` (not both a success and a failure among the N samples) and ``keep_varying`` (all N rewards
     equal); ``dropped`` counts them."""
     table = result.table
