@@ -203,6 +203,12 @@ class APOConfig:
     sampled turns' tokens (the search turn is then part of the environment). At temperature 1.0 the tiny pi_ref
     garbles its query in about half of its samples, and those episodes rarely succeed: that noise, not the choice of
     item or option, then dominates the rewards (notebook 04 section 5). Needs one chat per turn (``window=1``)."""
+    greedy_anchor: float = 0.0
+    """With ``greedy_search`` and the ``apo`` objective: weight of a second least-squares term that regresses the
+    greedy turns' log-ratio onto an advantage of 0, greedy_anchor * mean_i (beta2 * [log pi - log pi_ref](greedy
+    turns of y_i))^2 (1: the same weight as A*PO's term). The greedy search turn is otherwise left out of log pi, so
+    nothing holds it to pi_ref while the click updates change the weights it shares; without it a keep_varying run
+    broke its search format after ~90 iterations (notebook 04 section 8). 0: no anchor."""
     explore: float = 0.0
     """Stage 1 and the rollouts answer each results- or item-page turn with a uniformly drawn click instead of the
     policy's sample with this probability (``Sampling.explore``; the reply carries the expert's think for that click).

@@ -786,3 +786,76 @@ def test_greedy_search_trains_on_the_sampled_turns(ref_dir, demos, tmp_path):
     with pytest.raises(ValueError, match="greedy_search needs one chat per turn"):
         Trainer(model, ref_model, tokenizer, table,
                 dataclasses.replace(EXPLORING, policy=dataclasses.replace(P.policy, window=None)))
+
+
+ANCHORED = dataclasses.replace(P, apo=dataclasses.replace(EXPLORING.apo, greedy_anchor=1.0))
+
+
+def _greedy_search_batch(demos):
+    """The expert's episodes as ``greedy_search`` rollouts look: the search turn greedy, the clicks sampled."""
+    return [dataclasses.replace(d, turns=[dataclasses.replace(u, greedy=k == 0) for k, u in enumerate(d.turns)])
+            for d in demos]
+
+
+def _drifted_trainer(ref_dir, table, profile, seed=5):
+    """A Trainer whose policy has moved away from pi_ref (small seeded noise on every weight)."""
+    model, ref_model, tokenizer = load_models(ref_dir, "cpu")
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.02 * torch.randn_like(parameter))
+    return Trainer(model, ref_model, tokenizer, table, profile, seed=3)
+
+
+def test_greedy_anchor_pulls_the_greedy_turns_back_to_pi_ref(ref_dir, demos):
+    table = VStarTable(vstar_table([d.goal for d in demos], [[0.5, 1.0]] * len(demos), P.apo.beta1), "demo-goals")
+    batch = _greedy_search_batch(demos)
+    trainer = _drifted_trainer(ref_dir, table, ANCHORED)
+    inputs, _, stats, _ = trainer.update(batch)
+    _, masks, _ = trained_sequences(batch, trainer.tokenizer, P.policy.window)
+    turns = [u for t in batch for u in t.turns]
+    assert len(inputs.anchor_token_logp) == sum(sum(m) for m, u in zip(masks, turns) if u.greedy) > 0
+    assert int(inputs.tokens.sum()) == sum(sum(m) for m, u in zip(masks, turns) if not u.greedy)  # trained: unchanged
+    assert stats["anchor_log_ratio_abs"] > 0.5  # the noise moved the search replies' log-probs
+    # on the greedy turns alone the anchor is the whole loss: steps on it shrink their log-ratio to pi_ref
+    only_search = [dataclasses.replace(t, turns=t.turns[:1]) for t in batch]
+    first = trainer.update(only_search)[2]["anchor_log_ratio_abs"]
+    for _ in range(5):
+        last = trainer.update(only_search)[2]["anchor_log_ratio_abs"]
+    assert last < 0.7 * first
+    unanchored = _drifted_trainer(ref_dir, table, EXPLORING)  # the same drift without the anchor: no step at all
+    before = [p.detach().clone() for p in unanchored.model.parameters()]
+    _, _, stats, grad_norm = unanchored.update(only_search)
+    assert float(grad_norm) == 0.0 and "anchor_loss" not in stats
+    assert all(torch.equal(a, b) for a, b in zip(before, unanchored.model.parameters()))
+
+
+def test_greedy_anchor_backward_per_micro_batch_gives_the_same_gradients(ref_dir, demos):
+    table = VStarTable(vstar_table([d.goal for d in demos], [[0.2, 0.9]] * len(demos), P.apo.beta1), "demo-goals")
+    gradients = {}
+    for lean in (False, True):
+        apo = dataclasses.replace(ANCHORED.apo, micro_batch=3, backward_per_micro_batch=lean)
+        trainer = _drifted_trainer(ref_dir, table, dataclasses.replace(ANCHORED, apo=apo))
+        trainer.optimizer.step = lambda: None  # compare the gradients of one batch
+        _, loss, stats, _ = trainer.update(_greedy_search_batch(demos))
+        gradients[lean] = (loss.item(), stats["anchor_loss"],
+                           {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
+    (loss, anchor, plain), (lean_loss, lean_anchor, lean) = gradients[False], gradients[True]
+    assert anchor > 0 and lean_anchor == pytest.approx(anchor, rel=1e-5)
+    assert lean_loss == pytest.approx(loss, rel=1e-5) and plain.keys() == lean.keys()
+    for name in plain:
+        torch.testing.assert_close(lean[name], plain[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_greedy_anchor_needs_greedy_search_and_apo(models, demos):
+    model, ref_model, tokenizer = models
+    table = VStarTable(vstar_table([d.goal for d in demos], [[0.5, 1.0]] * len(demos), P.apo.beta1), "demo-goals")
+    for profile, objective in [(dataclasses.replace(P, apo=dataclasses.replace(P.apo, greedy_anchor=1.0)), "apo"),
+                               (ANCHORED, "grpo"), (ANCHORED, "apo_split")]:
+        with pytest.raises(ValueError, match="greedy_anchor is a term of A.PO's regression"):
+            Trainer(model, ref_model, tokenizer, table, profile, objective)
+    with pytest.raises(ValueError, match="greedy_anchor must be 0"):
+        Trainer(model, ref_model, tokenizer, table,
+                dataclasses.replace(P, apo=dataclasses.replace(EXPLORING.apo, greedy_anchor=-1.0)))
+    with pytest.raises(ValueError, match="exclude each other"):
+        trained_sequences(demos, tokenizer, P.policy.window, sampled_only=True, greedy_only=True)

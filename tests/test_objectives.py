@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from apo_helpers.apo.losses import (OBJECTIVES, ObjectiveInputs, advantage_weights, apo_loss, apo_split_loss,
-                                    apo_split_objective, clipped_surrogate, entropy_bonus,
+from apo_helpers.apo.losses import (OBJECTIVES, ObjectiveInputs, advantage_weights, anchor_loss, apo_loss,
+                                    apo_objective, apo_split_loss, apo_split_objective, clipped_surrogate, entropy_bonus,
                                     filter_by_variance, gae, group_normalize, grpo_objective, kl_k3,
                                     kl_pg_objective, ppo_objective, starpo_s_objective, weighted_sft_objective)
 from apo_helpers.apo.value_head import ValueHead, turn_positions
@@ -118,6 +118,30 @@ def test_apo_split_loss_hand_computed():
                           torch.tensor([0.7, 0.0]), beta2=0.1)
     expected = ((0.05 - 0.1) ** 2 + (0.2 - 0.3) ** 2 + (0.1 + 0.4) ** 2) / 2
     assert loss.item() == pytest.approx(expected)
+
+
+def test_anchor_loss_hand_computed():
+    # log-ratios 1.0 and 0.5 at beta2 = 0.5: residuals 0.5 and 0.25 against an advantage of 0
+    loss = anchor_loss(torch.tensor([-3.0, -5.0]), torch.tensor([-4.0, -5.5]), beta2=0.5)
+    assert loss.item() == pytest.approx((0.5 ** 2 + 0.25 ** 2) / 2)
+    assert anchor_loss(torch.tensor([-2.0]), torch.tensor([-2.0]), beta2=0.5).item() == 0.0
+
+
+def test_apo_objective_adds_the_weighted_anchor_of_the_greedy_turns():
+    """The anchor's tokens are summed per trajectory apart from the trained ones; only they get its gradient."""
+    anchor = torch.tensor([-1.0, -2.0, -0.5], requires_grad=True)  # trajectory 0: two greedy tokens, 1: one
+    inputs = _batch([-0.5, -1.0], [0, 1], [1.0, 0.0], vstar=[0.5, 0.5], anchor_token_logp=anchor,
+                    anchor_token_logp_ref=torch.tensor([-1.5, -2.0, -1.0]), anchor_token_row=torch.tensor([0, 0, 1]))
+    plain, _ = apo_objective(inputs, _config(beta2=0.1, entropy_coef=0.0))
+    loss, stats = apo_objective(inputs, _config(beta2=0.1, entropy_coef=0.0, greedy_anchor=2.0))
+    expected_anchor = ((0.1 * 0.5) ** 2 + (0.1 * 0.5) ** 2) / 2  # log-ratios 0.5 and 0.5
+    assert stats["anchor_loss"] == pytest.approx(expected_anchor)
+    assert stats["anchor_log_ratio_abs"] == pytest.approx(0.5)
+    assert loss.item() == pytest.approx(plain.item() + 2.0 * expected_anchor)
+    loss.backward()  # d/d anchor token = 2 * weight * beta2 * (beta2 * ratio) / B, the same for a trajectory's tokens
+    torch.testing.assert_close(anchor.grad, torch.full((3,), 2 * 2.0 * 0.1 * 0.05 / 2))
+    unweighted, stats = apo_objective(inputs, _config(beta2=0.1, entropy_coef=0.0, greedy_anchor=0.0))
+    assert unweighted.item() == pytest.approx(plain.item()) and "anchor_loss" not in stats
 
 
 def test_apo_split_without_a_split_is_apo():

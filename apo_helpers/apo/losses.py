@@ -64,6 +64,13 @@ class ObjectiveInputs:
     """(B,) V*(s_k) of the state where each trajectory is split, 0 when it is not (``apo_split`` only)."""
     reward_before_split: torch.Tensor | None = None
     """(B,) the rewards of the turns before the split, the whole reward when not split (``apo_split`` only)."""
+    anchor_token_logp: torch.Tensor | None = None
+    """(M,) the policy's log-prob of each token of the greedily typed turns (``greedy_anchor`` only; differentiable).
+    Those tokens are not among the N trained ones."""
+    anchor_token_logp_ref: torch.Tensor | None = None
+    """(M,) pi_ref's log-prob of each of those tokens."""
+    anchor_token_row: torch.Tensor | None = None
+    """(M,) the trajectory each of those tokens belongs to."""
 
 
 def apo_loss(logp_policy: torch.Tensor, logp_ref: torch.Tensor, reward: torch.Tensor, vstar: torch.Tensor,
@@ -80,10 +87,28 @@ def apo_loss(logp_policy: torch.Tensor, logp_ref: torch.Tensor, reward: torch.Te
 
 
 def apo_objective(inputs: ObjectiveInputs, config):
-    """``apo_loss`` with ``config.beta2``, minus an optional entropy bonus (``config.entropy_coef``); stats too."""
+    """``apo_loss`` with ``config.beta2``, plus ``greedy_anchor`` times the greedy turns' anchor (when the inputs
+    carry those turns), minus an optional entropy bonus (``config.entropy_coef``); stats too."""
     loss = apo_loss(inputs.logp, inputs.logp_ref, inputs.reward, inputs.vstar, config.beta2)
     stats = {"apo_loss": loss.item(), "advantage": (inputs.reward - inputs.vstar).mean().item()}
+    weight = getattr(config, "greedy_anchor", 0.0)
+    if weight and inputs.anchor_token_logp is not None:
+        batch = len(inputs.reward)
+        logp = torch.zeros(batch, device=inputs.reward.device).index_add(0, inputs.anchor_token_row,
+                                                                         inputs.anchor_token_logp)
+        logp_ref = torch.zeros_like(logp).index_add(0, inputs.anchor_token_row, inputs.anchor_token_logp_ref)
+        anchor = anchor_loss(logp, logp_ref, config.beta2)
+        loss = loss + weight * anchor
+        stats.update(anchor_loss=anchor.item(), anchor_log_ratio_abs=(logp - logp_ref).detach().abs().mean().item())
     return entropy_bonus(loss, inputs, config), stats
+
+
+def anchor_loss(logp_greedy: torch.Tensor, logp_ref_greedy: torch.Tensor, beta2: float) -> torch.Tensor:
+    """mean_i (beta2 * [log pi - log pi_ref](greedy turns of y_i))^2: ``apo_loss`` on the turns typed greedily with
+    an advantage of 0 (``APOConfig.greedy_anchor``). Those turns are not sampled, so their outcome says nothing about
+    how good they were; regressing their log-ratio to 0 holds them at pi_ref while the sampled turns learn."""
+    zeros = torch.zeros_like(logp_greedy)
+    return apo_loss(logp_greedy, logp_ref_greedy, zeros, zeros, beta2)
 
 
 def apo_split_loss(logp_before: torch.Tensor, logp_ref_before: torch.Tensor, logp_after: torch.Tensor,

@@ -58,10 +58,13 @@ CHECKPOINTS = "checkpoints"
 # ------------------------------------------------------------------------------------------------ scoring
 
 def trained_sequences(trajectories: list[Trajectory], tokenizer, window, part: str = "all",
-                      sampled_only: bool = False):
+                      sampled_only: bool = False, greedy_only: bool = False):
     """Token ids and masks of every chat of every trajectory, and the trajectory each chat belongs to.
-    ``sampled_only`` leaves out the chats of turns replied greedily (``APOConfig.greedy_search``: one chat per turn)."""
-    if sampled_only:
+    ``sampled_only`` leaves out the chats of turns replied greedily (``APOConfig.greedy_search``: one chat per turn);
+    ``greedy_only`` keeps only those (``APOConfig.greedy_anchor``)."""
+    if sampled_only and greedy_only:
+        raise ValueError("sampled_only and greedy_only exclude each other")
+    if sampled_only or greedy_only:
         require_turn_chats(window, "greedy_search")
     sequences, masks, owner = [], [], []
     for row, t in enumerate(trajectories):
@@ -70,7 +73,7 @@ def trained_sequences(trajectories: list[Trajectory], tokenizer, window, part: s
         else:
             pairs = (encode_chat(tokenizer, chat, part) for chat in episode_chats(t.turns, window))
         for k, (ids, mask) in enumerate(pairs):
-            if sampled_only and t.turns[k].greedy:  # one chat per turn
+            if (sampled_only and t.turns[k].greedy) or (greedy_only and not t.turns[k].greedy):  # a chat per turn
                 continue
             sequences.append(ids)
             masks.append(mask)
@@ -171,10 +174,23 @@ def _autocast(dev):
     return contextlib.nullcontext()
 
 
+def anchored(config) -> bool:
+    """Whether the greedy turns are scored for ``APOConfig.greedy_anchor``'s term."""
+    return config.greedy_search and config.greedy_anchor > 0
+
+
+def anchor_sequences(trajectories: list[Trajectory], tokenizer, profile: Profile):
+    """The chats of the greedy turns (``trained_sequences`` with ``greedy_only``), or None when not anchored."""
+    if not anchored(profile.apo):
+        return None
+    return trained_sequences(trajectories, tokenizer, profile.policy.window, profile.apo.logprob_tokens,
+                             greedy_only=True)
+
+
 def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTable, profile: Profile,
                      with_entropy: bool = True, timings: dict | None = None, value_head=None,
                      chats: tuple | None = None, split: SplitValues | None = None,
-                     earlier: ObjectiveInputs | None = None) -> ObjectiveInputs:
+                     earlier: ObjectiveInputs | None = None, anchor_chats: tuple | None = None) -> ObjectiveInputs:
     """Score a batch under the policy (differentiable) and pi_ref (no gradients) -> ``ObjectiveInputs``.
 
     ``timings``, when given, receives the seconds of the policy's and pi_ref's forward passes. With a
@@ -182,7 +198,8 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
     ``trained_sequences``' result when the caller already has it. ``split`` (``apo_split``) marks the tokens of the
     turns from each trajectory's split on; it needs one chat per turn (``window=1``). ``earlier``: the same batch's
     inputs from its first scoring (a later update epoch): pi_ref is not scored again, and the old policy's log-probs
-    stay the first scoring's."""
+    stay the first scoring's. Under ``greedy_anchor`` the greedy turns' tokens are scored too, apart from the trained
+    ones (``anchor_chats``: ``anchor_sequences``' result when the caller already has it)."""
     config = profile.apo
     start = time.perf_counter()
     sequences, masks, owner = chats or trained_sequences(trajectories, tokenizer, profile.policy.window,
@@ -213,6 +230,9 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
     if split is not None:
         extra.update(_split_inputs(split, trajectories, owner, config.greedy_search, token_chat, profile.policy.window,
                                    dev))
+    if anchored(config):
+        extra.update(_anchor_inputs(model, ref_model, anchor_chats or anchor_sequences(trajectories, tokenizer, profile),
+                                    tokenizer.pad_token_id, config.micro_batch, earlier))
     if critic is not None:
         extra.update(values=critic.values, token_turn=critic.token_turn,
                      turn_row=torch.tensor([row for row, t in enumerate(trajectories) for _ in t.turns], device=dev),
@@ -241,15 +261,32 @@ def _split_inputs(split: SplitValues, trajectories: list[Trajectory], owner: lis
                 reward_before_split=torch.tensor(split.reward_before, device=dev, dtype=torch.float32))
 
 
+def _anchor_inputs(model, ref_model, anchor_chats, pad_id: int, micro_batch: int,
+                   earlier: ObjectiveInputs | None) -> dict:
+    """``ObjectiveInputs``' anchor fields: the greedy turns' token log-probs under the policy (differentiable when
+    the caller enables gradients) and pi_ref, and the trajectory of each token."""
+    sequences, masks, owner = anchor_chats
+    logp, rows, _, _ = score_tokens(model, sequences, masks, owner, pad_id, micro_batch)
+    if earlier is not None:
+        logp_ref = earlier.anchor_token_logp_ref
+    else:
+        with torch.no_grad():
+            logp_ref, _, _, _ = score_tokens(ref_model, sequences, masks, owner, pad_id, micro_batch)
+    return dict(anchor_token_logp=logp, anchor_token_logp_ref=logp_ref, anchor_token_row=rows)
+
+
 def _as_leaves(inputs: ObjectiveInputs):
-    """``inputs`` whose token log-probs, entropies and values are fresh leaf tensors (the per-trajectory sums
-    rebuilt from them), and those leaves: an objective's gradient then stops at the model's outputs."""
+    """``inputs`` whose token log-probs (trained and anchored), entropies and values are fresh leaf tensors (the
+    per-trajectory sums rebuilt from them), and those leaves: an objective's gradient then stops at the model's
+    outputs."""
     token_logp = inputs.token_logp.detach().requires_grad_()
     entropy = inputs.entropy.detach().requires_grad_() if inputs.entropy is not None else None
     values = inputs.values.detach().requires_grad_() if inputs.values is not None else None
+    anchor = inputs.anchor_token_logp.detach().requires_grad_() if inputs.anchor_token_logp is not None else None
     logp = torch.zeros_like(inputs.logp).index_add(0, inputs.token_row, token_logp)
-    leaves = (token_logp, entropy, values)
-    return dataclasses.replace(inputs, logp=logp, token_logp=token_logp, entropy=entropy, values=values), leaves
+    leaves = (token_logp, entropy, values, anchor)
+    return dataclasses.replace(inputs, logp=logp, token_logp=token_logp, entropy=entropy, values=values,
+                               anchor_token_logp=anchor), leaves
 
 
 # ------------------------------------------------------------------------------------------------ the loop
@@ -305,6 +342,12 @@ class Trainer:
             if objective == "ppo":  # its critic gives every turn a value from that turn's chat
                 raise ValueError("greedy_search leaves the search turns out of training; ppo's critic needs every "
                                  "turn: use another objective or greedy_search=false")
+        if self.config.greedy_anchor < 0:
+            raise ValueError(f"greedy_anchor must be 0 (off) or positive, got {self.config.greedy_anchor}")
+        if self.config.greedy_anchor > 0 and (not self.config.greedy_search or objective != "apo"):
+            raise ValueError("greedy_anchor is a term of A*PO's regression on the turns greedy_search types "
+                             f"greedily: it needs greedy_search=true and the apo objective (got greedy_search="
+                             f"{self.config.greedy_search}, objective {objective!r})")
         self.ref_model.eval().requires_grad_(False)
         # PPO's critic: a value head on the policy's last hidden state, trained with it
         self.value_head = ValueHead(model.config.hidden_size).to(_device_of(model)) if objective == "ppo" else None
@@ -340,6 +383,7 @@ class Trainer:
             split = split_values(self.ref_model, self.tokenizer, trajectories, self.profile)
         chats = trained_sequences(trajectories, self.tokenizer, self.profile.policy.window, config.logprob_tokens,
                                   config.greedy_search)
+        anchor_chats = anchor_sequences(trajectories, self.tokenizer, self.profile)
         lr = config.lr * min(1.0, (self.state.iteration + 1) / max(1, config.warmup))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -348,10 +392,11 @@ class Trainer:
             with torch.no_grad() if config.backward_per_micro_batch else contextlib.nullcontext():
                 inputs = objective_inputs(self.model, self.ref_model, trajectories, self.tokenizer, self.vstar,
                                           self.profile, timings=timings if epoch == 0 else None,
-                                          value_head=self.value_head, chats=chats, split=split, earlier=first)
+                                          value_head=self.value_head, chats=chats, split=split, earlier=first,
+                                          anchor_chats=anchor_chats)
             if epoch == 0:
                 update_start = time.perf_counter()
-            loss, stats, grad_norm = self._step(inputs, trajectories, chats)
+            loss, stats, grad_norm = self._step(inputs, trajectories, chats, anchor_chats)
             if first is None:
                 first, first_loss, first_stats, first_grad_norm = inputs, loss, stats, grad_norm
         if config.update_epochs > 1:
@@ -361,7 +406,7 @@ class Trainer:
             timings["update_seconds"] = time.perf_counter() - update_start
         return first, first_loss, first_stats, first_grad_norm
 
-    def _step(self, inputs, trajectories, chats):
+    def _step(self, inputs, trajectories, chats, anchor_chats=None):
         """One optimizer step on the objective at ``inputs``: ``(loss averaged over processes, stats, grad norm)``."""
         config = self.config
         self.optimizer.zero_grad(set_to_none=True)
@@ -369,7 +414,7 @@ class Trainer:
             inputs, leaves = _as_leaves(inputs)
             loss, stats = self.objective(inputs, config)
             loss.backward()  # d loss / d (token log-probs, entropies, values): cheap, no model graph
-            self._backward_by_micro_batch(trajectories, chats,
+            self._backward_by_micro_batch(trajectories, chats, anchor_chats,
                                           *(leaf.grad if leaf is not None else None for leaf in leaves))
         else:
             loss, stats = self.objective(inputs, config)
@@ -381,7 +426,8 @@ class Trainer:
         self.optimizer.step()
         return self._mean_over_processes(loss.detach()), stats, grad_norm
 
-    def _backward_by_micro_batch(self, trajectories, chats, grad_logp, grad_entropy, grad_values) -> None:
+    def _backward_by_micro_batch(self, trajectories, chats, anchor_chats, grad_logp, grad_entropy, grad_values,
+                                 grad_anchor) -> None:
         """The chain rule one micro-batch at a time: re-run each micro-batch's forward pass with gradients and
         backpropagate sum(d loss / d output * output) over its token log-probs (entropies, turn values). The
         parameter gradients equal those of one backward through the whole batch (a test checks it), while memory
@@ -403,6 +449,13 @@ class Trainer:
             if critic is not None:
                 surrogate = surrogate + (values * grad_values).sum()
             self.accelerator.backward(surrogate)
+        if grad_anchor is not None:  # the greedy turns' chats (``greedy_anchor``), in their own scoring order
+            sequences, masks, owner = anchor_chats
+            offset = 0
+            for logp, *_ in score_chunks(self.model, sequences, masks, owner, self.tokenizer.pad_token_id,
+                                         config.micro_batch):
+                self.accelerator.backward((logp * grad_anchor[offset: offset + len(logp)]).sum())
+                offset += len(logp)
 
     def _average_gradients(self, parameters) -> None:
         """Data parallelism by hand (one all-reduce per parameter): every process then steps with the same
