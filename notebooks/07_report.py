@@ -117,6 +117,8 @@ sloppy_runs = [(sloppy_path, "apo", ""),  # notebook 04 section 6's recipes: the
                 ", greedy search anchored, goals of 1,024 whose rewards vary, beta2 0.03, 120 iterations"),
                (RESULTS_DIR / "apo_sloppy_gsva10_1024_b03_it120_class_seeds.csv", "apo",
                 ", greedy search anchored (weight 10), goals of 1,024 whose rewards vary, beta2 0.03, 120 iterations"),
+               (RESULTS_DIR / "apo_sloppy_gsve3_1024_b03_class_seeds.csv", "apo",
+                ", greedy search, goals of 1,024 whose rewards vary, beta2 0.03, 3 steps per batch"),
                (RESULTS_DIR / "apo_split_sloppy_class_seeds.csv", "apo_split", "")]
 for path, objective, recipe in sloppy_runs:
     if path.exists():
