@@ -985,6 +985,22 @@ def print_targets(table):
               f"{row['lowest seed']:.3f}: target (+0.10, gain above the spread) {'met' if met else 'not met'}")
 
 
+def plot_seed_curves(axes, runs, labels, history_columns, window):
+    """Per seed, one colour per run: greedy val success on ``axes[0]``, then each history column (a rolling mean over
+    ``window`` iterations) on the next axes; a run without a column leaves it out. Per seed: a collapse would vanish
+    in a mean."""
+    for (name, tables), color in zip(runs.items(), ("tab:red", "tab:blue", "tab:green")):
+        for seed, curve in tables["evals"].groupby("seed"):
+            axes[0].plot(curve["iteration"], curve["success"], "o-", color=color, alpha=0.7,
+                         label=labels[name] if seed == 0 else None)
+        for seed, curve in tables["history"].groupby("seed"):
+            smooth = curve.set_index("iteration").rolling(window, min_periods=1).mean(numeric_only=True)
+            for ax, column in zip(axes[1:], history_columns):
+                if column in smooth:
+                    ax.plot(smooth.index, smooth[column], color=color, alpha=0.7,
+                            label=labels[name] if seed == 0 else None)
+
+
 BETA2_TABLES = [(0.1, "apo_sloppy_gsd1024"), (0.03, "apo_sloppy_gsd1024_b03_it120"), (0.03, "apo_sloppy_gsd1024_b03"),
                 (0.01, "apo_sloppy_gsd1024_b01"), (0.003, "apo_sloppy_gsd1024_b003")]
 beta2_runs = {name: (beta2, committed_run(name))
@@ -1151,17 +1167,7 @@ if len(anchor_runs) > 1:
                                  for name, tables in anchor_runs.items()}).T.astype(float).rename(columns=columns)
     display(anchor_table.round(3))
     fig, axes = plt.subplots(1, 3, figsize=(15, 3))
-    for (name, tables), color in zip(anchor_runs.items(), ("tab:red", "tab:blue", "tab:green")):
-        for seed, curve in tables["evals"].groupby("seed"):
-            axes[0].plot(curve["iteration"], curve["success"], "o-", color=color, alpha=0.7,
-                         label=ANCHOR_TABLES[name] if seed == 0 else None)
-        for seed, curve in tables["history"].groupby("seed"):  # per seed: a collapse would vanish in a mean
-            smooth = curve.set_index("iteration").rolling(5, min_periods=1).mean(numeric_only=True)
-            axes[1].plot(smooth.index, smooth["invalid_rate"], color=color, alpha=0.7,
-                         label=ANCHOR_TABLES[name] if seed == 0 else None)
-            if "anchor_log_ratio_abs" in smooth:
-                axes[2].plot(smooth.index, smooth["anchor_log_ratio_abs"], color=color, alpha=0.7,
-                             label=ANCHOR_TABLES[name] if seed == 0 else None)
+    plot_seed_curves(axes, anchor_runs, ANCHOR_TABLES, ("invalid_rate", "anchor_log_ratio_abs"), window=5)
     axes[0].set_title("greedy success on val, per seed"); axes[0].legend(fontsize=8)
     axes[1].set_title("invalid actions in the rollouts (5-it. mean)"); axes[1].legend(fontsize=8)
     axes[2].set_title("|log π/π_ref| of the greedy turns (5-it. mean)"); axes[2].legend(fontsize=8)
@@ -1219,23 +1225,16 @@ if len(epoch_runs) > 1:
     rows = {}
     for name, tables in epoch_runs.items():
         window = tables["history"].query("20 <= iteration <= 29")  # a window both runs have
-        rows[f"{EPOCH_TABLES[name]}, {int(tables['history']['iteration'].max())} it."] = pd.concat([
-            seeds_summary(tables, start),
+        row = seeds_summary(tables, start)
+        rows[f"{EPOCH_TABLES[name]}, {int(row['iterations'])} it."] = pd.concat([
+            row,
             pd.Series({"|log π/π_ref| (it. 20-29)": window["log_ratio_abs"].mean(),
                        "loss on fresh batches (it. 20-29)": window["loss"].mean(),
                        "rollout invalid actions (it. 20-29)": window["invalid_rate"].mean()})])
     epoch_table = pd.DataFrame(rows).T.astype(float).rename(columns=columns)
     display(epoch_table.round(3))
     fig, axes = plt.subplots(1, 3, figsize=(15, 3))
-    for (name, tables), color in zip(epoch_runs.items(), ("tab:red", "tab:blue")):
-        for seed, curve in tables["evals"].groupby("seed"):
-            axes[0].plot(curve["iteration"], curve["success"], "o-", color=color, alpha=0.7,
-                         label=EPOCH_TABLES[name] if seed == 0 else None)
-        for seed, curve in tables["history"].groupby("seed"):  # per seed: a collapse would vanish in a mean
-            smooth = curve.set_index("iteration").rolling(3, min_periods=1).mean(numeric_only=True)
-            for ax, column in zip(axes[1:], ("log_ratio_abs", "loss")):
-                ax.plot(smooth.index, smooth[column], color=color, alpha=0.7,
-                        label=EPOCH_TABLES[name] if seed == 0 else None)
+    plot_seed_curves(axes, epoch_runs, EPOCH_TABLES, ("log_ratio_abs", "loss"), window=3)
     axes[0].set_title("greedy success on val, per seed")
     axes[1].set_title("|log π/π_ref| per trajectory (3-it. mean)"); axes[1].set_yscale("log")
     axes[2].set_title("A*PO loss on each fresh batch (3-it. mean)"); axes[2].set_yscale("log")
