@@ -224,6 +224,11 @@ class APOConfig:
     """AdamW learning rate (constant after a short warm-up)."""
     warmup: int = 5
     """Iterations of linear learning-rate warm-up."""
+    lr_decay: bool = False
+    """After the warm-up, decay the learning rate along a cosine that reaches 10% of ``lr`` where the run ends
+    (imitation's schedule, ``sft.lr_at``) instead of holding it: the last updates take small steps, so the policy
+    evaluated at the end is less the product of its last few batches' noise. The run's length is ``iterations`` or
+    ``train --iterations``; resuming a run to a larger count stretches what is left of the schedule."""
     grad_clip: float = 1.0
     """Gradient-norm clipping (paper: 1.0)."""
     update_epochs: int = 1

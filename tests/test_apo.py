@@ -859,3 +859,23 @@ def test_greedy_anchor_needs_greedy_search_and_apo(models, demos):
                 dataclasses.replace(P, apo=dataclasses.replace(EXPLORING.apo, greedy_anchor=-1.0)))
     with pytest.raises(ValueError, match="exclude each other"):
         trained_sequences(demos, tokenizer, P.policy.window, sampled_only=True, greedy_only=True)
+
+
+def test_learning_rate_held_or_decayed_after_the_warm_up():
+    held = dataclasses.replace(P.apo, lr=1e-3, warmup=4)
+    decayed = dataclasses.replace(held, lr_decay=True)
+    for config in (held, decayed):  # the same warm-up
+        assert [trainer_module.learning_rate(config, i, 20) for i in range(4)] == pytest.approx([2.5e-4, 5e-4, 7.5e-4,
+                                                                                                  1e-3])
+    assert [trainer_module.learning_rate(held, i, 20) for i in range(3, 20)] == pytest.approx([1e-3] * 17)
+    after = [trainer_module.learning_rate(decayed, i, 20) for i in range(4, 21)]
+    assert after[0] == pytest.approx(1e-3) and after[-1] == pytest.approx(1e-4)  # 10% where the run ends
+    assert all(a > b for a, b in zip(after, after[1:]))
+
+
+def test_a_decaying_run_records_its_schedule(ref_dir, vstar):
+    profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, lr_decay=True, warmup=1))
+    state = _trainer(ref_dir, vstar, iterations=4, profile=profile).run(progress=False)
+    expected = [trainer_module.learning_rate(profile.apo, i, 4) for i in range(4)]
+    assert state.history["lr"].tolist() == pytest.approx(expected)
+    assert expected[0] > expected[-1]

@@ -48,6 +48,7 @@ from ..policy.prompts import encode_chat, episode_chats
 from ..policy.rollout import Trajectory, rollout
 from ..policy.scoring import collate, selected_logprobs_and_hidden
 from .losses import OBJECTIVES, ObjectiveInputs, kl_estimate
+from .sft import lr_at
 from .turn_credit import SplitValues, require_turn_chats, split_values
 from .value_head import ValueHead, turn_positions
 from .vstar import VStarTable, rollout_sampling
@@ -291,6 +292,14 @@ def _as_leaves(inputs: ObjectiveInputs):
 
 # ------------------------------------------------------------------------------------------------ the loop
 
+def learning_rate(config, iteration: int, total: int) -> float:
+    """The update's learning rate at ``iteration`` of a run of ``total``: linear warm-up over ``config.warmup``
+    iterations, then ``config.lr`` held, or with ``config.lr_decay`` a cosine decay to 10% of it at ``total``."""
+    if config.lr_decay:
+        return lr_at(iteration, total, config.lr, max(1, config.warmup))
+    return config.lr * min(1.0, (iteration + 1) / max(1, config.warmup))
+
+
 def make_accelerator() -> Accelerator:
     """The run's ``Accelerator``: its device (CUDA when present, else CPU), bf16 mixed precision on CUDA, and the
     process group when launched with ``accelerate launch`` or ``torchrun`` (gloo on CPU, NCCL on GPUs)."""
@@ -384,7 +393,7 @@ class Trainer:
         chats = trained_sequences(trajectories, self.tokenizer, self.profile.policy.window, config.logprob_tokens,
                                   config.greedy_search)
         anchor_chats = anchor_sequences(trajectories, self.tokenizer, self.profile)
-        lr = config.lr * min(1.0, (self.state.iteration + 1) / max(1, config.warmup))
+        lr = learning_rate(config, self.state.iteration, self.iterations)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         first = None
