@@ -119,6 +119,10 @@ sloppy_runs = [(sloppy_path, "apo", ""),  # notebook 04 section 6's recipes: the
                 ", greedy search anchored (weight 10), goals of 1,024 whose rewards vary, beta2 0.03, 120 iterations"),
                (RESULTS_DIR / "apo_sloppy_gsve3_1024_b03_class_seeds.csv", "apo",
                 ", greedy search, goals of 1,024 whose rewards vary, beta2 0.03, 3 steps per batch"),
+               (RESULTS_DIR / "apo_sloppy_gsv1024_b03_bg64_class_seeds.csv", "apo",
+                ", greedy search, goals of 1,024 whose rewards vary, beta2 0.03, 64 goals per batch"),
+               (RESULTS_DIR / "apo_sloppy_gsv1024_b03_decay_class_seeds.csv", "apo",
+                ", greedy search, goals of 1,024 whose rewards vary, beta2 0.03, decaying learning rate"),
                (RESULTS_DIR / "apo_split_sloppy_class_seeds.csv", "apo_split", "")]
 for path, objective, recipe in sloppy_runs:
     if path.exists():
