@@ -603,10 +603,10 @@ from apo_helpers.apo.losses import apo_split_loss
 print(inspect.getsource(apo_split_loss).split('"""')[-1].strip())
 
 # %% [markdown]
-# Its three seeds, like the studies that followed them here (the item-page decision probed at fixed states,
-# `python -m apo_helpers decisions`, and item pages that say which option is selected,
-# `train-ref --show-selected-options`), were trained before the tokenization fix of section 2; their RL results
-# were withdrawn with the fix and have not been re-run. The commands above reproduce them on the fixed pipeline.
+# Its three seeds, like the item-page decision probed at fixed states (`python -m apo_helpers decisions`), were
+# trained before the tokenization fix of section 2; their RL results were withdrawn with the fix and have not been
+# re-run. The commands above reproduce them on the fixed pipeline. (Item pages that say which option is selected,
+# measured then too, are re-run in section 8.)
 
 # %% [markdown]
 # ### When π_ref imitated fewer demonstrations
@@ -1311,6 +1311,52 @@ else:
 # meets the target (printed).
 
 # %% [markdown]
+# ### Pages that say which option is selected
+#
+# On two-option goals the best runs above often click one value twice or stop after one: WebShop's item page looks
+# the same after an option click, and only the policy's memory of its actions says what is selected.
+# `PolicyConfig.show_selected_options` writes the selection beside each option's name (`size (selected: large)`;
+# the rules and the reward are unchanged). A π_ref of its own imitates the same sloppy demonstrator on such pages,
+# and the best recipe above runs from it (its own stage 1, the same settings):
+#
+# ```
+# python -m apo_helpers train-ref --profile class --skip-options 0.5 --show-selected-options
+# python -m apo_helpers train --profile class --ref runs/pi_ref_class_skip_options_0.5_selected --seeds 0 1 2 \
+#     --iterations 60 --set vstar_goals=1024 keep_varying=True greedy_search=True beta2=0.03 \
+#     --out runs/apo_selected_gsv1024_b03_class --name apo_selected_gsv1024_b03 --save
+# ```
+
+# %%
+SELECTED_TABLES = {"apo_sloppy_gsv1024_b03": "WebShop's pages", "apo_selected_gsv1024_b03": "pages show the selection"}
+selected_runs, _ = committed_runs(SELECTED_TABLES)
+if len(selected_runs) > 1:
+    rows = {}
+    for name, tables in selected_runs.items():
+        own_ref = tables["seeds"].query("objective == 'pi_ref'").iloc[0]  # each rendering has its own π_ref
+        rows[f"{SELECTED_TABLES[name]}: π_ref"] = pd.Series({**own_ref[list(columns)].astype(float),
+                                                            "invalid actions (test)": own_ref["test_invalid_rate"]})
+        rows[f"{SELECTED_TABLES[name]}: A*PO"] = seeds_summary(tables, own_ref)
+    order = rows[f"{SELECTED_TABLES[name]}: A*PO"].index  # seeds_summary's columns, π_ref's rows leave gaps
+    selected_table = pd.DataFrame(rows).T[order].astype(float).rename(columns=columns)
+    display(selected_table.round(3))
+    plot_seed_curves(selected_runs, SELECTED_TABLES, [
+        ("success", "sampled success, training batches (10-it. mean)", False),
+        ("invalid_rate", "invalid actions in the rollouts (10-it. mean)", False)], window=10,
+        title="β₂ = 0.03, goals whose rewards vary: item pages that show the selection", figure_name="04_selected")
+    print_targets(selected_table.dropna(subset=["gain over π_ref"]))
+else:
+    print("run the commands above to compare")
+
+# %% [markdown]
+# **What this says.** Showing the selection helps imitation, not RL. The π_ref imitated on such pages starts well
+# above the other one, as high as the best A*PO run from WebShop's pages, and clicks an option on more of the goals
+# that ask for one. A*PO from it loses test success in every seed, and its invalid actions rise (right panel).
+# Replaying its greedy episodes shows what the invalid actions are: option values that are not on the page (a colour
+# asked for by the instruction, clicked on an item that does not offer it), so the item chosen was already the
+# wrong one. The limit is again what this model reads on the
+# results and item pages, not what the page tells it; the rendering is not the lever for the target.
+
+# %% [markdown]
 # ## 9. Before and after, on the same goals
 #
 # The viewer shows π_ref's and the trained policy's greedy episodes on the same test goals. The trained policy is
@@ -1417,3 +1463,5 @@ else:
 #   batch better, raise the loss on the next one and broke every seed within 30 iterations (section 8).
 # - Nor is the gradient's noise the limit: 64 goals per batch, or a learning rate decaying to a tenth, end where 32
 #   goals at a constant rate do, or a little lower (section 8).
+# - Item pages that say which option is selected give a better π_ref by imitation alone, and A*PO from it ends lower
+#   than it started (section 8): the options it clicks wrongly are values the chosen item does not offer.

@@ -136,8 +136,8 @@ for count, table in demo_tables.items():  # pi_refs from fewer demonstrations of
                           f"imitation of {int(runs['ref_demonstrations'].iloc[0])} expert demonstrations "
                           f"(notebook 02's sweep, retrained for notebook 04)"))
     rows.append(seeds_row(f"apo (from pi_ref of {count} demonstrations, greedy search, disagreeing goals)", runs))
-selected_path = RESULTS_DIR / "apo_sloppy_selected_class_seeds.csv"
-if selected_path.exists():  # notebook 04 section 6: the same demonstrations on item pages that show the selection
+selected_path = RESULTS_DIR / "apo_selected_gsv1024_b03_class_seeds.csv"
+if selected_path.exists():  # notebook 04 section 8: the same demonstrations on item pages that show the selection
     selected = pd.read_csv(selected_path)
     rows.append(start_row("pi_ref (options ignored, selection shown)", selected.query("objective == 'pi_ref'").iloc[0],
                           "the same demonstrations on item pages that say which option is selected (notebook 04)"))
