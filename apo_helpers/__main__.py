@@ -96,6 +96,9 @@ def cmd_train_ref(args) -> int:
     if args.skip_options:  # a sloppy pi_ref gets its own folder unless told: the profile's pi_ref is never replaced
         profile = replace(profile, reference=replace(profile.reference, demo_skip_options=args.skip_options))
         default_out = default_out.with_name(f"{default_out.name}_skip_options_{args.skip_options:g}")
+    if args.forget_options:  # checks the options but does not select them: a pi_ref of its own too
+        profile = replace(profile, reference=replace(profile.reference, demo_forget_options=args.forget_options))
+        default_out = default_out.with_name(f"{default_out.name}_forget_options_{args.forget_options:g}")
     if args.show_selected_options:  # pages that say which option value is selected: a pi_ref of its own too
         profile = replace(profile, policy=replace(profile.policy, show_selected_options=True))
         default_out = default_out.with_name(f"{default_out.name}_selected")
@@ -106,7 +109,8 @@ def cmd_train_ref(args) -> int:
                           progress=not args.json)
     cfg = profile.reference
     metrics = {"profile": profile.name, "demonstrations": len(ref.demonstrations),
-               "demo_skip_options": cfg.demo_skip_options, "show_selected_options": profile.policy.show_selected_options,
+               "demo_skip_options": cfg.demo_skip_options, "demo_forget_options": cfg.demo_forget_options,
+               "show_selected_options": profile.policy.show_selected_options,
                "train_seconds": round(ref.seconds, 1), "final_loss": round(float(ref.history["loss"].iloc[-1]), 4)}
     for split in ("val", "test"):
         seed_everything(profile.seed)
@@ -521,6 +525,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-options", type=float, default=None, metavar="SHARE",
                    help="a sloppy demonstrator: the share of demonstrations that ignore the instruction's options "
                         "(default 0); saved to runs/pi_ref_<profile>_skip_options_<share> unless --out is given")
+    p.add_argument("--forget-options", type=float, default=None, metavar="SHARE",
+                   help="a sloppy demonstrator of another kind: the share of demonstrations that choose an item "
+                        "offering the options but buy without selecting them (default 0); saved to "
+                        "runs/pi_ref_<profile>_forget_options_<share> unless --out is given")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train_ref)
 

@@ -128,6 +128,10 @@ class ReferenceConfig:
     """Share of demonstrations in which the expert ignores the instruction's options and buys at once (a sloppy
     demonstrator, ``ExpertAgent(skip_options=...)``): imitation then copies the habit, the reward still pays for the
     options, so RL has something to learn (notebook 04). 0 = the full expert."""
+    demo_forget_options: float = 0.0
+    """Share of demonstrations in which the expert chooses the item as carefully as the full expert (it offers the
+    asked options) but buys without selecting them (``ExpertAgent(forget_options=...)``): only the option clicks are
+    missing, so RL's job is to add them (notebook 04). Drawn among the episodes ``demo_skip_options`` leaves."""
     pretrain_steps: int = 300
     """Next-token steps on all tokens of rendered episodes (the miniature of LLM pretraining)."""
     sft_steps: int = 1200

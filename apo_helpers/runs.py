@@ -20,14 +20,16 @@ from .policy.models import rendering_files, save_policy, with_rendering
 
 
 def _ref_record(ref_dir) -> dict:
-    """What a run records of its pi_ref's ``metrics.json``: ``demo_skip_options`` (the share of demonstrations that
-    ignored the options; 0 when not recorded) and ``ref_demonstrations`` (how many pi_ref imitated); both None when
-    the folder has no such file, e.g. a policy saved by hand."""
+    """What a run records of its pi_ref's ``metrics.json``: ``demo_skip_options`` and ``demo_forget_options`` (the
+    shares of demonstrations that ignored the options or did not select them; 0 when not recorded) and
+    ``ref_demonstrations`` (how many pi_ref imitated); all None when the folder has no such file, e.g. a policy saved
+    by hand."""
     path = Path(ref_dir) / "metrics.json"
     if not path.exists():
-        return {"demo_skip_options": None, "ref_demonstrations": None}
+        return {"demo_skip_options": None, "demo_forget_options": None, "ref_demonstrations": None}
     metrics = json.loads(path.read_text())
     return {"demo_skip_options": metrics.get("demo_skip_options", 0.0),
+            "demo_forget_options": metrics.get("demo_forget_options", 0.0),
             "ref_demonstrations": metrics.get("demonstrations")}
 
 

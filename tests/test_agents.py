@@ -93,6 +93,36 @@ def test_sloppy_expert_ignores_options_in_its_share_of_episodes_and_still_buys(t
         ExpertAgent(skip_options=1.5)
 
 
+def test_forgetful_expert_chooses_the_item_as_the_full_expert_but_selects_no_option(test_env):
+    """forget_options=1 opens and rejects the same items as the full expert (it still checks that the options are
+    offered) and buys the same one, only without the option clicks; with both shares, an episode is one kind of
+    sloppy or the other, never both."""
+    forgetful = evaluate(ExpertAgent(forget_options=1.0), env=test_env, progress=False)
+    full = evaluate(ExpertAgent(), env=test_env, progress=False)
+    skipping = evaluate(ExpertAgent(skip_options=1.0), env=test_env, progress=False)
+    for episode, expert in zip(forgetful.episodes, full.episodes):
+        wanted = parse_wanted_options(episode.instruction)
+        expert_without_clicks = [a for a in expert.actions if a[len("click["):-1] not in wanted or a == expert.actions[0]]
+        # the same actions, and where the expert ran out of turns the forgetful one (fewer clicks) may still buy
+        assert episode.actions[: len(expert_without_clicks)] == expert_without_clicks
+        assert episode.actions == expert_without_clicks or not expert.bought
+        assert episode.success == (expert.success and not wanted)
+    # the skipping expert buys items that lack the options where the forgetful one goes back
+    assert _episodes(forgetful) != _episodes(skipping)
+    assert sum("click[< prev]" in e.actions for e in forgetful.episodes) > sum(
+        "click[< prev]" in e.actions for e in skipping.episodes)
+    both = ExpertAgent(seed=3, skip_options=0.5, forget_options=0.5)
+    draws = []
+    for _ in range(400):
+        both.reset()
+        assert not (both.skipping and both.forgetting) and both.sloppy == (both.skipping or both.forgetting)
+        draws.append((both.skipping, both.forgetting))
+    assert 0.4 < sum(s for s, _ in draws) / len(draws) < 0.6
+    assert 0.2 < sum(f for _, f in draws) / len(draws) < 0.3  # half of the half that does not skip
+    with pytest.raises(ValueError, match="forget_options"):
+        ExpertAgent(forget_options=-0.1)
+
+
 def test_rule_agent_searches_the_instruction_clicks_the_first_result_and_buys(small_catalog):
     env = WebShopEnv(split="test", catalog=small_catalog)
     for i, goal in enumerate(env.goals):

@@ -511,6 +511,7 @@ def test_a_run_plays_the_pages_its_reference_learned_on(ref_dir, tmp_path, capsy
     metrics = json.loads((tmp_path / "run" / "seed_0" / "metrics.json").read_text())
     assert metrics["show_selected_options"] and metrics["vstar_key"] == keys[1]
     assert metrics["ref_demonstrations"] == 7 and metrics["demo_skip_options"] == 0.25  # pi_ref's record, carried
+    assert metrics["demo_forget_options"] == 0.0  # not recorded by that pi_ref: the full expert's 0
     recorded = json.loads((tmp_path / "run" / "seed_0" / "policy" / RENDERING_FILE).read_text())
     assert recorded == {"show_selected_options": True}
 

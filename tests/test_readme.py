@@ -57,6 +57,12 @@ def test_trained_table_keeps_each_pi_ref_with_its_runs(tmp_path):
     assert len(lines) == 11 and sum("pi_ref (start)" in line for line in lines) == 4
     assert lines[4].startswith("| pi_ref (start) | full expert; 148 demonstrations | - | 12.5% |")
     assert lines[5].startswith("| apo | full expert; 148 demonstrations | 2 | 26.0% ± 1.0% |")
+    # a demonstrator that checks the options but does not select them: its own group and label
+    _seeds(tmp_path / "apo_forget_class_seeds.csv", "apo", [0.36], ref_success=0.29, demo_skip_options=0.0,
+           demo_forget_options=0.5)
+    lines = trained_table(tmp_path).splitlines()
+    assert len(lines) == 13 and sum("pi_ref (start)" in line for line in lines) == 5
+    assert any(line.startswith("| pi_ref (start) | options checked, not selected in 50% | - | 29.0% |") for line in lines)
 
 
 def test_trained_table_groups_tables_of_one_pi_ref_folder(tmp_path):

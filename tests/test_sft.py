@@ -78,29 +78,46 @@ def test_sloppy_demonstrations_keep_the_episodes_that_ignored_options():
     assert all(t.think != "options set and price ok, buy it" for d in sloppy for t in d.turns)
 
 
+def test_forgetful_demonstrations_keep_the_item_choice_and_drop_only_the_option_clicks():
+    """demo_forget_options=1: the full expert's goals and purchases, without the option clicks; the failed ones
+    (goals with options) are kept since they bought something."""
+    forgetful_profile = dataclasses.replace(P, reference=dataclasses.replace(P.reference, demo_forget_options=1.0))
+    forgetful = {d.goal.index: d for d in expert_demonstrations(forgetful_profile, 30)}
+    full = {d.goal.index: d for d in expert_demonstrations(P, 30)}
+    assert set(full) <= set(forgetful)
+    for index, demo in full.items():
+        clicks = [t.action for t in demo.turns if t.think.startswith("the instruction asks for")]
+        assert [t.action for t in forgetful[index].turns] == [t.action for t in demo.turns if t.action not in clicks]
+    assert any(not d.success for d in forgetful.values()) and any(d.success for d in forgetful.values())
+    assert all(d.success == (not d.goal.options) for d in forgetful.values())
+
+
 def test_cli_train_ref_skip_options_reaches_the_demonstrations(tmp_path, monkeypatch):
     """``train-ref --skip-options`` trains on the sloppy demonstrator's episodes, in a folder of its own unless
     ``--out`` names one (the profile's pi_ref otherwise)."""
     from apo_helpers import __main__ as cli
     from apo_helpers.apo import sft
 
-    seen = []
+    seen, forgotten = [], []
 
     def stop(profile, out_dir, *args, **kwargs):
         seen.append((profile.reference.demo_skip_options, profile.policy.show_selected_options, str(out_dir)))
+        forgotten.append(profile.reference.demo_forget_options)
         raise KeyboardInterrupt  # the demonstrations' setting, the rendering and the folder are all this test needs
 
     monkeypatch.setattr(sft, "train_reference", stop)
     for argv in (["--skip-options", "0.5", "--out", str(tmp_path)], [], ["--skip-options", "0.25"],
                  ["--skip-options", "0.5", "--show-selected-options"], ["--demonstrations", "40"],
-                ["--demonstrations", str(P.reference.demonstrations)]):
+                ["--demonstrations", str(P.reference.demonstrations)], ["--forget-options", "0.5"]):
         with pytest.raises(KeyboardInterrupt):
             cli.main(["train-ref", "--profile", "ci", *argv])
     default = str(sft.reference_dir(P))
     assert seen == [(0.5, False, str(tmp_path)), (P.reference.demo_skip_options, False, default),
                     (0.25, False, default + "_skip_options_0.25"), (0.5, True, default + "_skip_options_0.5_selected"),
                     (P.reference.demo_skip_options, False, default + "_demos_40"),
-                    (P.reference.demo_skip_options, False, default)]  # the profile's count: the profile's pi_ref
+                    (P.reference.demo_skip_options, False, default),  # the profile's count: the profile's pi_ref
+                    (P.reference.demo_skip_options, False, default + "_forget_options_0.5")]
+    assert forgotten == [P.reference.demo_forget_options] * 6 + [0.5]
 
 
 # ---------------------------------------------------------------------------------------------- schedule

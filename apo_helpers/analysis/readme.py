@@ -115,6 +115,9 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
         stems[id(df)] = path.name.removesuffix("_class_seeds.csv")
         share = df["demo_skip_options"].dropna() if "demo_skip_options" in df else pd.Series(dtype=float)
         demos = (f"options ignored in {share.iloc[0]:.0%}" if len(share) and share.iloc[0] > 0 else "full expert")
+        forgot = df["demo_forget_options"].dropna() if "demo_forget_options" in df else pd.Series(dtype=float)
+        if len(forgot) and forgot.iloc[0] > 0:  # another sloppy pi_ref: items chosen as the expert does, no clicks
+            demos = f"options checked, not selected in {forgot.iloc[0]:.0%}"
         marked = df["show_selected_options"].dropna() if "show_selected_options" in df else pd.Series(dtype=bool)
         if len(marked) and bool(marked.iloc[0]):  # another pi_ref: pages that say which option is selected
             demos += "; pages show the selection"

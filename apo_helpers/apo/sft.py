@@ -53,17 +53,18 @@ def expert_demonstration(env: WebShopEnv, agent: ExpertAgent, goal: Goal) -> Tra
 
 def expert_demonstrations(profile: Profile, count: int, catalog: Catalog | None = None, seed: int = 0) -> list[Trajectory]:
     """Successful expert episodes on ``count`` train goals drawn with ``seed``. With a sloppy demonstrator
-    (``reference.demo_skip_options``), its episodes that ignored the options are kept when it bought something:
-    they are what it demonstrates, successful or not."""
+    (``reference.demo_skip_options`` or ``demo_forget_options``), its episodes that left the options unselected are
+    kept when it bought something: they are what it demonstrates, successful or not."""
     catalog = catalog or default_catalog()
     goals = list(catalog.split("train"))
     random.Random(seed).shuffle(goals)
     env = WebShopEnv(split="train", catalog=catalog, config=profile.policy_env())
-    agent = ExpertAgent(seed=seed, query=profile.reference.demo_query, skip_options=profile.reference.demo_skip_options)
+    agent = ExpertAgent(seed=seed, query=profile.reference.demo_query, skip_options=profile.reference.demo_skip_options,
+                        forget_options=profile.reference.demo_forget_options)
     kept = []
     for goal in goals[:count]:
         demo = expert_demonstration(env, agent, goal)
-        if demo.success or (agent.skipping and demo.env_reward > 0):
+        if demo.success or (agent.sloppy and demo.env_reward > 0):
             kept.append(demo)
     return kept
 

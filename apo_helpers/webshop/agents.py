@@ -11,6 +11,9 @@
   ``ExpertAgent(skip_options=p)`` is a sloppy demonstrator: in a share p of its episodes (drawn at ``reset``) it
   ignores the options the instruction asks for and buys as soon as the price fits; the reward still pays for them,
   so a policy that imitates it has something left that only RL can learn (notebook 04).
+  ``ExpertAgent(forget_options=p)`` is sloppy in a narrower way: in a share p of its episodes it chooses the item
+  as carefully as the full expert (one that offers the asked options, else back to the next candidate) but buys
+  without selecting them. Only the option clicks are missing from its demonstrations, not the item choice.
 - ``oracle``: knows the target product (``info["goal"]``): searches its title, pages to it, selects the goal's
   options and buys. It shows the environment is solvable (100% success).
 
@@ -103,18 +106,32 @@ class RuleAgent(Agent):
 class ExpertAgent(Agent):
     name = "expert"
 
-    def __init__(self, seed: int = 0, max_pages: int = 3, query: str = "keywords", skip_options: float = 0.0):
+    def __init__(self, seed: int = 0, max_pages: int = 3, query: str = "keywords", skip_options: float = 0.0,
+                 forget_options: float = 0.0):
         if query not in ("keywords", "instruction"):
             raise ValueError(f"query must be 'keywords' or 'instruction', got {query!r}")
         if not 0.0 <= skip_options <= 1.0:
             raise ValueError(f"skip_options is the share of episodes that ignore options, in [0, 1], got {skip_options}")
-        self.max_pages, self.query, self.skip_options = max_pages, query, skip_options
+        if not 0.0 <= forget_options <= 1.0:
+            raise ValueError(f"forget_options is the share of episodes that do not select the options, in [0, 1], "
+                             f"got {forget_options}")
+        self.max_pages, self.query = max_pages, query
+        self.skip_options, self.forget_options = skip_options, forget_options
         self._rng = random.Random(seed)
         self.skipping = False
         """Whether this episode ignores the instruction's options (drawn at ``reset`` with ``skip_options``)."""
+        self.forgetting = False
+        """Whether this episode checks the options but buys without selecting them (``forget_options``)."""
+
+    @property
+    def sloppy(self) -> bool:
+        """Whether this episode leaves the options unselected, by either habit."""
+        return self.skipping or self.forgetting
 
     def reset(self):
         self.skipping = self.skip_options > 0 and self._rng.random() < self.skip_options
+        # drawn only when asked for, so the skip_options demonstrations of a seed stay what they were
+        self.forgetting = self.forget_options > 0 and not self.skipping and self._rng.random() < self.forget_options
         self.rejected: set[str] = set()
         self.selected: set[str] = set()
         self.opened = ""
@@ -173,12 +190,12 @@ class ExpertAgent(Agent):
             self.rejected.add(self.opened)
             self.reason = f"{missing[0]} is not offered, go back" if missing else "too expensive, go back"
             return "click[< prev]"
-        for value in wanted:
+        for value in [] if self.forgetting else wanted:
             if value not in self.selected:
                 self.selected.add(value)
                 self.reason = f"the instruction asks for {value}"
                 return f"click[{value}]"
-        self.reason = "price ok, buy it" if self.skipping else "options set and price ok, buy it"
+        self.reason = "price ok, buy it" if self.sloppy else "options set and price ok, buy it"
         return "click[buy now]"
 
 
