@@ -207,17 +207,30 @@ class APOConfig:
     sampled turns' tokens (the search turn is then part of the environment). At temperature 1.0 the tiny pi_ref
     garbles its query in about half of its samples, and those episodes rarely succeed: that noise, not the choice of
     item or option, then dominates the rewards (notebook 04 section 5). Needs one chat per turn (``window=1``)."""
+    greedy_clicks: bool = False
+    """The mirror of ``greedy_search``: stage 1 and the rollouts sample only the search query and answer the
+    results, item and detail pages greedily, as evaluation does, and log pi(y|x) sums the search turn's tokens. The
+    return then judges the query alone, by what the greedy policy makes of it. The tiny pi_ref copies the instruction
+    into its query exactly in under half of its greedy test episodes, and an exact copy succeeds about twice as often
+    (notebook 04 section 8). Excludes ``greedy_search`` and ``explore``."""
     greedy_anchor: float = 0.0
-    """With ``greedy_search`` and the ``apo`` objective: weight of a second least-squares term that regresses the
-    greedy turns' log-ratio onto an advantage of 0, greedy_anchor * mean_i (beta2 * [log pi - log pi_ref](greedy
-    turns of y_i))^2 (1: the same weight as A*PO's term). The greedy search turn is otherwise left out of log pi, so
-    nothing holds it to pi_ref while the click updates change the weights it shares; without it a keep_varying run
+    """With ``greedy_search`` or ``greedy_clicks`` and the ``apo`` objective: weight of a second least-squares term
+    that regresses the greedy turns' log-ratio onto an advantage of 0,
+    greedy_anchor * mean_i (beta2 * [log pi - log pi_ref](greedy turns of y_i))^2 (1: the same weight as A*PO's
+    term). The greedy turns are otherwise left out of log pi, so nothing holds them to pi_ref while the updates of
+    the sampled turns change the weights they share; without it a keep_varying run
     broke its search format after ~90 iterations (notebook 04 section 8). 0: no anchor."""
     explore: float = 0.0
     """Stage 1 and the rollouts answer each results- or item-page turn with a uniformly drawn click instead of the
     policy's sample with this probability (``Sampling.explore``; the reply carries the expert's think for that click).
     A*PO's least squares needs no sampling probabilities, so such turns train like the others. The imitated pi_ref
     almost never samples the click that would fix a failed episode (notebook 04 section 5)."""
+    explore_search: float = 0.0
+    """Stage 1 and the rollouts answer a sampled search-page turn with a search for the whole instruction (the rule
+    agent's query, ``Sampling.explore_search``) instead of the policy's sample with this probability. Where the tiny
+    pi_ref's greedy query garbles the instruction, 96% of its samples garble it too, so its own samples seldom show
+    what an exact query earns; A*PO's least squares needs no sampling probabilities, so the drawn queries train like
+    the others (notebook 04 section 8). Excludes ``greedy_search`` (the search is then typed greedily)."""
     explore_once: bool = False
     """With ``explore``: at most one drawn click per episode (``Sampling.explore_once``). The rest of the episode is
     the policy's own play, so its return minus V* is, to a good approximation, the advantage of that one click: the

@@ -21,13 +21,14 @@ from apo_helpers.apo.losses import OBJECTIVES, ObjectiveInputs, apo_loss, apo_ob
 from apo_helpers.apo.sft import expert_demonstrations
 from apo_helpers.apo.trainer import Trainer, latest_checkpoint, load_models, objective_inputs, trained_sequences
 from apo_helpers.apo.turn_credit import decision_turn, split_values
-from apo_helpers.apo.vstar import (VStarTable, cache_key, load_vstar, optimal_value, rollout_sampling, stage1,
-                                   stage1_goals, vstar_table, weights_hash)
+from apo_helpers.apo.vstar import (VStarTable, cache_key, greedy_pages, load_vstar, optimal_value, rollout_sampling,
+                                   sample_rewards, stage1, stage1_goals, vstar_table, weights_hash)
 from apo_helpers.config import get_profile, seed_everything
 from apo_helpers.policy.prompts import encode_chat
 from apo_helpers.policy.rollout import Sampling
 from apo_helpers.runs import train_run
 from apo_helpers.webshop.catalog import DataFileError, default_catalog
+from apo_helpers.webshop.pages import SEP
 
 P = get_profile("ci")
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -213,7 +214,10 @@ def test_cache_key_depends_on_what_changes_vstar(models):
     explore = cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, greedy_search=True, explore=0.3), 0)
     once = cache_key(weights_hash(ref_model), goals,
                      dataclasses.replace(P.apo, greedy_search=True, explore=0.3, explore_once=True), 0)
-    assert len({base, greedy_search, explore, once}) == 4
+    greedy_clicks = cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, greedy_clicks=True), 0)
+    queries = cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, greedy_clicks=True,
+                                                                             explore_search=0.5), 0)
+    assert len({base, greedy_search, explore, once, greedy_clicks, queries}) == 6
     # explore_once without explore draws nothing: the same samples, the same key
     assert cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, explore_once=True), 0) == base
 
@@ -846,6 +850,45 @@ def test_greedy_anchor_backward_per_micro_batch_gives_the_same_gradients(ref_dir
     assert lean_loss == pytest.approx(loss, rel=1e-5) and plain.keys() == lean.keys()
     for name in plain:
         torch.testing.assert_close(lean[name], plain[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+CLICKING_GREEDILY = dataclasses.replace(P, apo=dataclasses.replace(P.apo, greedy_clicks=True))
+
+
+def test_greedy_pages_of_each_mode():
+    assert greedy_pages(P.apo) == ()
+    assert greedy_pages(EXPLORING.apo) == ("search",)
+    assert greedy_pages(CLICKING_GREEDILY.apo) == ("results", "item", "detail")
+    assert rollout_sampling(CLICKING_GREEDILY.apo, 1.0).greedy_pages == ("results", "item", "detail")
+    with pytest.raises(ValueError, match="exclude each other"):
+        greedy_pages(dataclasses.replace(EXPLORING.apo, greedy_clicks=True))
+    with pytest.raises(ValueError, match="explore=0.3 draws clicks"):
+        greedy_pages(dataclasses.replace(CLICKING_GREEDILY.apo, explore=0.3))
+    with pytest.raises(ValueError, match="explore_search=0.5 draws queries"):
+        greedy_pages(dataclasses.replace(EXPLORING.apo, explore_search=0.5))
+    drawing = rollout_sampling(dataclasses.replace(CLICKING_GREEDILY.apo, explore_search=0.5), 1.0)
+    assert drawing.explore_search == 0.5 and drawing.greedy_pages == ("results", "item", "detail")
+
+
+def test_greedy_clicks_samples_and_trains_only_the_search_turn(ref_dir, demos):
+    model, ref_model, tokenizer = load_models(ref_dir, "cpu")
+    seed_everything(0)
+    _, episodes = sample_rewards(ref_model, tokenizer, [d.goal for d in demos[:4]], 2, CLICKING_GREEDILY,
+                                 progress=False)
+    turns = [u for t in episodes for u in t.turns]
+    on_search_page = [u.observation.endswith(SEP + "Search") for u in turns]
+    assert [not u.greedy for u in turns] == on_search_page  # the queries sampled (test_rollout: the other pages)
+    table = VStarTable(vstar_table([d.goal for d in demos], [[0.5, 1.0]] * len(demos), P.apo.beta1), "demo-goals")
+    trainer = Trainer(model, ref_model, tokenizer, table, CLICKING_GREEDILY, seed=3)
+    batch = [dataclasses.replace(d, turns=[dataclasses.replace(u, greedy=k > 0) for k, u in enumerate(d.turns)])
+             for d in demos]  # as greedy_clicks rollouts look
+    _, masks, owner = trained_sequences(batch, tokenizer, P.policy.window)
+    inputs, loss, _, _ = trainer.update(batch)
+    search_tokens = [sum(next(m for m, o in zip(masks, owner) if o == row)) for row in range(len(batch))]
+    assert inputs.tokens.tolist() == search_tokens and min(search_tokens) > 0
+    assert math.isfinite(loss.item())
+    with pytest.raises(ValueError, match="ppo's critic needs every turn: use another objective or greedy_clicks"):
+        Trainer(model, ref_model, tokenizer, table, CLICKING_GREEDILY, "ppo")
 
 
 def test_greedy_anchor_needs_greedy_search_and_apo(models, demos):

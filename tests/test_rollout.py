@@ -346,6 +346,10 @@ def test_greedy_pages_type_the_greedy_query_and_sample_the_clicks(scripted, toke
     assert resumed.turns[0].action == demo.turns[0].action and not resumed.turns[1].greedy
     assert resumed.turns[1].observation == demo.turns[1].observation
     assert all(u.greedy for u in greedy.turns)
+    seed_everything(5)  # the mirror (``APOConfig.greedy_clicks``): the query sampled, every click greedy
+    (clicking,) = rollout(trained, tokenizer, [demo.goal], Sampling(greedy_pages=("results", "item", "detail")),
+                          policy, P.policy_env())
+    assert clicking.num_turns > 1 and not clicking.turns[0].greedy and all(u.greedy for u in clicking.turns[1:])
 
 
 def test_explored_turns_are_written_for_a_drawn_click(scripted, tokenizer):
@@ -390,6 +394,31 @@ def test_explore_once_draws_one_click_per_episode(scripted, tokenizer):
     every = rollout(trained, tokenizer, [demo.goal] * 4, Sampling(greedy_pages=("search",), explore=1.0), policy,
                     P.policy_env(), max_turns=5)
     assert any(sum(u.explored for u in t.turns) > 1 for t in every)
+
+
+def test_explore_search_answers_the_search_page_with_the_instruction(scripted, tokenizer):
+    """``explore_search=1.0``: every sampled search turn is written for a search of the whole instruction, nothing
+    generated for it; greedy search turns and the other pages are left to the model; with ``explore_once`` the
+    drawn search is the episode's one drawn turn, so no click is drawn after it."""
+    from apo_helpers.policy.prompts import format_response
+
+    trained, demo, _ = scripted
+    policy = dataclasses.replace(P.policy, max_new_tokens=64)
+    seed_everything(2)
+    played = rollout(trained, tokenizer, [demo.goal] * 3, Sampling(explore_search=1.0, explore=1.0,
+                                                                  explore_once=True),
+                     policy, P.policy_env(), max_turns=4)
+    query = f"search[{demo.goal.instruction}]"
+    for t in played:
+        first, rest = t.turns[0], t.turns[1:]
+        assert first.explored and first.action == query and first.valid and t.sample_logprobs[0] == []
+        assert first.response == format_response("search for the instruction", query)
+        assert rest and not any(u.explored for u in rest)  # explore_once: the search was the one drawn turn
+        assert all(lp for lp in t.sample_logprobs[1:])  # generated
+    seed_everything(2)
+    (greedy_search,) = rollout(trained, tokenizer, [demo.goal], Sampling(explore_search=1.0, greedy_pages=("search",)),
+                               policy, P.policy_env(), max_turns=2)
+    assert greedy_search.turns[0].greedy and not greedy_search.turns[0].explored
 
 
 # ---------------------------------------------------------------------------------------------- sampled = trained

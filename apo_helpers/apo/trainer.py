@@ -51,7 +51,7 @@ from .losses import OBJECTIVES, ObjectiveInputs, kl_estimate
 from .sft import lr_at
 from .turn_credit import SplitValues, require_turn_chats, split_values
 from .value_head import ValueHead, turn_positions
-from .vstar import VStarTable, rollout_sampling
+from .vstar import VStarTable, greedy_pages, rollout_sampling
 
 CHECKPOINTS = "checkpoints"
 
@@ -61,8 +61,8 @@ CHECKPOINTS = "checkpoints"
 def trained_sequences(trajectories: list[Trajectory], tokenizer, window, part: str = "all",
                       sampled_only: bool = False, greedy_only: bool = False):
     """Token ids and masks of every chat of every trajectory, and the trajectory each chat belongs to.
-    ``sampled_only`` leaves out the chats of turns replied greedily (``APOConfig.greedy_search``: one chat per turn);
-    ``greedy_only`` keeps only those (``APOConfig.greedy_anchor``)."""
+    ``sampled_only`` leaves out the chats of turns replied greedily (``APOConfig.greedy_search`` or
+    ``greedy_clicks``: one chat per turn); ``greedy_only`` keeps only those (``APOConfig.greedy_anchor``)."""
     if sampled_only and greedy_only:
         raise ValueError("sampled_only and greedy_only exclude each other")
     if sampled_only or greedy_only:
@@ -177,7 +177,7 @@ def _autocast(dev):
 
 def anchored(config) -> bool:
     """Whether the greedy turns are scored for ``APOConfig.greedy_anchor``'s term."""
-    return config.greedy_search and config.greedy_anchor > 0
+    return bool(greedy_pages(config)) and config.greedy_anchor > 0
 
 
 def anchor_sequences(trajectories: list[Trajectory], tokenizer, profile: Profile):
@@ -204,7 +204,7 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
     config = profile.apo
     start = time.perf_counter()
     sequences, masks, owner = chats or trained_sequences(trajectories, tokenizer, profile.policy.window,
-                                                         config.logprob_tokens, config.greedy_search)
+                                                         config.logprob_tokens, bool(greedy_pages(config)))
     first_turns = chat_first_turns(trajectories, profile.policy.window) if value_head is not None else None
     total_turns = sum(t.num_turns for t in trajectories)
     chat_ids = list(range(len(sequences)))  # score by chat, then map chats to trajectories
@@ -229,8 +229,8 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
     goal_ids = {}
     extra = {}  # the fields only some objectives read
     if split is not None:
-        extra.update(_split_inputs(split, trajectories, owner, config.greedy_search, token_chat, profile.policy.window,
-                                   dev))
+        extra.update(_split_inputs(split, trajectories, owner, bool(greedy_pages(config)), token_chat,
+                                   profile.policy.window, dev))
     if anchored(config):
         extra.update(_anchor_inputs(model, ref_model, anchor_chats or anchor_sequences(trajectories, tokenizer, profile),
                                     tokenizer.pad_token_id, config.micro_batch, earlier))
@@ -346,17 +346,19 @@ class Trainer:
                              f"goals per iteration cannot be shared equally by {self.world} processes")
         if objective == "apo_split":
             require_turn_chats(profile.policy.window)
-        if self.config.greedy_search:
-            require_turn_chats(profile.policy.window, "greedy_search")
+        if greedy_pages(self.config):  # raises when the two modes are mixed
+            mode = "greedy_search" if self.config.greedy_search else "greedy_clicks"
+            require_turn_chats(profile.policy.window, mode)
             if objective == "ppo":  # its critic gives every turn a value from that turn's chat
-                raise ValueError("greedy_search leaves the search turns out of training; ppo's critic needs every "
-                                 "turn: use another objective or greedy_search=false")
+                raise ValueError(f"{mode} leaves the greedy turns out of training; ppo's critic needs every turn: "
+                                 f"use another objective or {mode}=false")
         if self.config.greedy_anchor < 0:
             raise ValueError(f"greedy_anchor must be 0 (off) or positive, got {self.config.greedy_anchor}")
-        if self.config.greedy_anchor > 0 and (not self.config.greedy_search or objective != "apo"):
-            raise ValueError("greedy_anchor is a term of A*PO's regression on the turns greedy_search types "
-                             f"greedily: it needs greedy_search=true and the apo objective (got greedy_search="
-                             f"{self.config.greedy_search}, objective {objective!r})")
+        if self.config.greedy_anchor > 0 and (not greedy_pages(self.config) or objective != "apo"):
+            raise ValueError("greedy_anchor is a term of A*PO's regression on the turns greedy_search or greedy_clicks "
+                             f"answers greedily: it needs one of them and the apo objective (got greedy_search="
+                             f"{self.config.greedy_search}, greedy_clicks={self.config.greedy_clicks}, objective "
+                             f"{objective!r})")
         self.ref_model.eval().requires_grad_(False)
         # PPO's critic: a value head on the policy's last hidden state, trained with it
         self.value_head = ValueHead(model.config.hidden_size).to(_device_of(model)) if objective == "ppo" else None
@@ -391,7 +393,7 @@ class Trainer:
         if self.objective_name == "apo_split" and split is None:
             split = split_values(self.ref_model, self.tokenizer, trajectories, self.profile)
         chats = trained_sequences(trajectories, self.tokenizer, self.profile.policy.window, config.logprob_tokens,
-                                  config.greedy_search)
+                                  bool(greedy_pages(config)))
         anchor_chats = anchor_sequences(trajectories, self.tokenizer, self.profile)
         lr = learning_rate(config, self.state.iteration, self.iterations)
         for group in self.optimizer.param_groups:

@@ -30,6 +30,7 @@ from ..config import APOConfig, Profile, seed_everything
 from ..files import atomic_write_text
 from ..policy.rollout import Sampling, rollout
 from ..webshop.catalog import Catalog, DataFileError, Goal, default_catalog
+from ..webshop.pages import DETAIL, ITEM, RESULTS, SEARCH
 
 VSTAR_COLUMNS = ["split", "goal_index", "rewards", "vstar", "mean", "max", "successes"]
 
@@ -74,17 +75,21 @@ def stage1_goals(profile: Profile, seed: int = 0, catalog: Catalog | None = None
 def cache_key(ref_hash: str, goals: list[Goal], config: APOConfig, seed: int,
               show_selected_options: bool = False) -> str:
     """What the V* table depends on: pi_ref's weights, the goals, N, beta1, the temperature, the seed, the pages'
-    rendering, whether the search is greedy and the exploration rate (the last three only when they differ from the
-    default, so earlier keys stay valid)."""
+    rendering, which pages are answered greedily and the exploration rate (the last three only when they differ from
+    the default, so earlier keys stay valid)."""
     spec = {"ref": ref_hash, "goals": [[g.split, g.index] for g in goals], "N": config.vstar_samples,
             "beta1": config.beta1, "temperature": config.vstar_temperature, "seed": seed}
     if show_selected_options:
         spec["show_selected_options"] = True
     if config.greedy_search:
         spec["greedy_search"] = True
+    if config.greedy_clicks:
+        spec["greedy_clicks"] = True
     if config.explore:
         spec["explore"] = config.explore
-    if config.explore and config.explore_once:
+    if config.explore_search:
+        spec["explore_search"] = config.explore_search
+    if (config.explore or config.explore_search) and config.explore_once:
         spec["explore_once"] = True
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -121,12 +126,30 @@ def vstar_table(goals: list[Goal], rewards: list[list[float]], beta1: float) -> 
                           "successes": int(sum(x >= 1.0 for x in r))} for g, r in zip(goals, rewards)])
 
 
+def greedy_pages(config: APOConfig) -> tuple[str, ...]:
+    """The pages whose turns stage 1 and the rollouts answer greedily and the update leaves out of log pi:
+    the search page under ``config.greedy_search`` (only the clicks explore), every other page under
+    ``config.greedy_clicks`` (only the query explores), none by default."""
+    if config.greedy_search and config.greedy_clicks:
+        raise ValueError("greedy_search (sample only the clicks) and greedy_clicks (sample only the search query) "
+                         "exclude each other: set one")
+    if config.greedy_search and config.explore_search:
+        raise ValueError(f"explore_search={config.explore_search} draws queries, which greedy_search types greedily: "
+                         "set explore_search=0 or greedy_search=false")
+    if config.greedy_clicks and config.explore:
+        raise ValueError(f"explore={config.explore} draws clicks, which greedy_clicks answers greedily: "
+                         "set explore=0 or greedy_clicks=false")
+    if config.greedy_search:
+        return (SEARCH,)
+    return (RESULTS, ITEM, DETAIL) if config.greedy_clicks else ()
+
+
 def rollout_sampling(config: APOConfig, temperature: float) -> Sampling:
-    """How stage 1 and stage 2 draw episodes: at ``temperature``, with the search query typed greedily when
-    ``config.greedy_search`` (exploration only at the clicks), and clicks drawn at random at rate ``config.explore``
-    (at most one per episode with ``config.explore_once``)."""
-    return Sampling(temperature=temperature, greedy_pages=("search",) if config.greedy_search else (),
-                    explore=config.explore, explore_once=config.explore_once)
+    """How stage 1 and stage 2 draw episodes: at ``temperature``, with the ``greedy_pages`` answered greedily,
+    clicks drawn at random at rate ``config.explore`` and searches for the instruction at rate
+    ``config.explore_search`` (at most one drawn turn per episode with ``config.explore_once``)."""
+    return Sampling(temperature=temperature, greedy_pages=greedy_pages(config), explore=config.explore,
+                    explore_search=config.explore_search, explore_once=config.explore_once)
 
 
 def sample_rewards(model, tokenizer, goals: list[Goal], samples: int, profile: Profile, temperature: float = 1.0,

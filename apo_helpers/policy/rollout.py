@@ -20,8 +20,9 @@ import torch
 from ..config import EnvConfig, PolicyConfig
 from ..files import atomic_write_text
 from ..webshop.catalog import Catalog, Goal, default_catalog
-from ..webshop.agents import EXPLAINED_PAGES, explain, explorable_actions
+from ..webshop.agents import EXPLAINED_PAGES, explain, explorable_actions, instruction_search
 from ..webshop.env import WebShopEnv
+from ..webshop.pages import SEARCH
 from .models import STOP_TEXT, stop_token_ids
 from .prompts import (Turn, build_messages, encode_chat, episode_chats, format_response, parse_response,
                       prompt_actions)
@@ -45,10 +46,15 @@ class Sampling:
     uniformly from the page's ``explorable_actions``, written with the expert's think for it (``explain``); such a
     turn is marked ``explored``. A near-deterministic policy then also tries the clicks it would almost never
     sample (notebook 04 section 5)."""
+    explore_search: float = 0.0
+    """When sampling: the chance that a search-page turn is not answered by the model but by a search for the whole
+    instruction (``agents.instruction_search``: the rule agent's query, in the demonstrations' format), marked
+    ``explored``. The tiny pi_ref garbles its copy of the instruction in most of its samples on the goals its greedy
+    query garbles, so its own samples rarely show it what an exact query earns (notebook 04 section 8)."""
     explore_once: bool = False
-    """Draw at most one click per episode (``explore`` is then the chance at each results or item page until one
-    is drawn): the episode's return then judges that one click against what the policy makes of the rest, instead
-    of several random clicks at once."""
+    """Draw at most one turn per episode, a click or the search (``explore`` is then the chance at each results or
+    item page until one is drawn): the episode's return then judges that one turn against what the policy makes of
+    the rest, instead of several random clicks at once."""
 
 
 GREEDY = Sampling(greedy=True)
@@ -221,12 +227,15 @@ def _next_turn(observation: str, info: dict, sampling: Sampling, explored_before
     page = info["page"]
     turn = Turn(observation, prompt_actions(info["available_actions"]), info["turns_left"],
                 greedy=sampling.greedy or page in sampling.greedy_pages)
-    may_explore = sampling.explore and not (sampling.explore_once and explored_before)
-    # torch's generator draws, so that seeding and checkpoints cover exploration; none is drawn when explore == 0
-    if not turn.greedy and may_explore and page in EXPLAINED_PAGES and torch.rand(()).item() < sampling.explore:
+    if turn.greedy or (sampling.explore_once and explored_before):
+        return turn
+    # torch's generator draws, so that seeding and checkpoints cover exploration; none is drawn at a rate of 0
+    if page in EXPLAINED_PAGES and sampling.explore and torch.rand(()).item() < sampling.explore:
         options = explorable_actions(turn.actions)
         action = options[int(torch.randint(len(options), ()))]
         turn.response, turn.explored = format_response(explain(action, page), action), True
+    elif page == SEARCH and sampling.explore_search and torch.rand(()).item() < sampling.explore_search:
+        turn.response, turn.explored = format_response(*instruction_search(observation)), True
     return turn
 
 

@@ -94,7 +94,7 @@ class RuleAgent(Agent):
     def act(self, observation, info):
         page = info["page"]
         if page == "search":
-            return f"search[{instruction_of(observation)}]"
+            return instruction_search(observation)[1]
         if page == "results":
             results = parse_results(observation)
             return f"click[{results[0][0]}]" if results else "click[back to search]"
@@ -143,8 +143,8 @@ class ExpertAgent(Agent):
         page = info["page"]
         if page == "search":
             if self.query == "instruction":
-                self.reason = "search for the instruction"
-                return f"search[{instruction}]"
+                self.reason, action = instruction_search(observation)
+                return action
             self.reason = "search for the key words of the instruction"
             return f"search[{search_keywords(instruction) or instruction}]"
         if page == "results":
@@ -221,6 +221,12 @@ class OracleAgent(Agent):
                     return f"click[{value}]"
             return "click[buy now]"
         return "click[< prev]"
+
+
+def instruction_search(observation: str) -> tuple[str, str]:
+    """``(think, action)`` of a search for the whole instruction shown on ``observation``: what the rule agent and
+    ``ExpertAgent(query="instruction")`` type, and what ``Sampling.explore_search`` answers a search page with."""
+    return "search for the instruction", f"search[{instruction_of(observation)}]"
 
 
 EXPLAINED_PAGES = ("results", "item")
