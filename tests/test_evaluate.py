@@ -6,7 +6,10 @@ import math
 
 import pytest
 
-from apo_helpers.analysis.evaluate import Episode, Evaluation, evaluate, run_episode, summary_table, wilson_interval
+from apo_helpers.analysis.evaluate import (Episode, Evaluation, copied_query, evaluate, run_episode, summary_table,
+                                           wilson_interval)
+from apo_helpers.policy.prompts import Turn
+from apo_helpers.policy.rollout import Trajectory
 from apo_helpers.webshop.agents import ExpertAgent, OracleAgent, RandomAgent
 from apo_helpers.webshop.env import WebShopEnv
 
@@ -205,3 +208,19 @@ def test_seed_range_draws_the_mean_and_the_seeds_extremes():
     assert line.get_xydata().ravel().tolist() == pytest.approx([300, 0.32])
     assert bars.get_segments()[0].ravel().tolist() == pytest.approx([300, 0.25, 300, 0.41])
     plt.close(fig)
+
+
+def test_copied_query_means_the_whole_instruction_exactly():
+    env = WebShopEnv(split="test")
+    observation, info = env.reset(options={"goal_index": 0})
+    instruction = env.goal.instruction
+
+    def played(action):
+        turn = Turn(observation, info["available_actions"], info["turns_left"], action=action)
+        return Trajectory(goal=env.goal, turns=[turn])
+
+    assert copied_query(played(f"search[{instruction}]"))
+    assert not copied_query(played(f"search[{instruction[:-1]}]"))  # one character short
+    assert not copied_query(played(f"search[{instruction} now]"))
+    assert not copied_query(played(""))  # a reply that did not parse
+    assert not copied_query(Trajectory(goal=env.goal, turns=[]))

@@ -136,3 +136,29 @@ def test_a_goal_without_decisions_counts_and_keeps_its_outcome():
     summary = headroom_summary(target_choices(pd.concat([stuck, solved]), betas=(0.1,)))
     assert summary.loc[0.1, "goals"] == 2 and summary.loc[0.1, "greedy success"] == 0.5
     assert summary.loc[0.1, "pi* changes a decision"] == 0.0 and summary.loc[0.1, "pi* success"] == 0.5
+
+
+def test_query_copies_compare_the_queries_with_the_instruction(ci_ref_dir, monkeypatch):
+    from apo_helpers.analysis.headroom import CLICKS, query_copies, query_summary
+
+    def demonstrators(model, tokenizer, goals, sampling, config, env_config, **_):
+        """Greedy: the expert searching the whole instruction; sampled (clicks greedy): every other sample searches
+        its key words instead."""
+        assert sampling.greedy or sampling.greedy_pages == CLICKS
+        out = []
+        for k, goal in enumerate(goals):
+            env = WebShopEnv(split=goal.split, catalog=default_catalog(), config=env_config)
+            query = "instruction" if sampling.greedy or k % 2 == 0 else "keywords"
+            out.append(expert_demonstration(env, ExpertAgent(query=query), goal))
+        return out
+
+    model, tokenizer = load_policy(ci_ref_dir, "cpu")
+    goals = list(default_catalog().split("train"))[:3]
+    monkeypatch.setattr(headroom, "rollout", demonstrators)
+    table = query_copies(model, tokenizer, goals, P, samples=4)
+    assert list(table["goal_index"]) == [g.index for g in goals]
+    assert table["greedy_copied"].all() and (table["sampled_copied"] == 0.5).all()
+    assert (table["success_copied"] == table["greedy_success"]).all()  # the same episode as the greedy one
+    summary = query_summary(table)
+    assert summary.loc["all goals", "goals"] == 3 and summary.loc["greedy query garbled", "goals"] == 0
+    assert summary.loc["all goals", "sampled queries exact"] == 0.5

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..webshop.agents import Agent
+from ..webshop.agents import Agent, instruction_search
 from ..webshop.env import WebShopEnv
 
 
@@ -148,15 +148,24 @@ def evaluate_policy(model, tokenizer, split: str = "test", episodes: int | None 
     return Evaluation(name, split, [episode_from_trajectory(t, g.index) for t, g in zip(trajectories, goals)]), trajectories
 
 
+def copied_query(trajectory) -> bool:
+    """Whether an episode's first action searches for its whole instruction, exactly as shown (what the
+    demonstrations type; notebook 04 section 5)."""
+    first = trajectory.turns[0] if trajectory.turns else None
+    return first is not None and first.action == instruction_search(first.observation)[1]
+
+
 def greedy_evaluation(model, tokenizer, split: str, episodes: int | None, profile) -> dict:
     """The Trainer's evaluator (notebook 04): greedy success, score, steps and invalid-action rate on the first
-    ``episodes`` goals of ``split``, and the item-page option rates (``analysis.failures.OPTION_RATES``)."""
+    ``episodes`` goals of ``split``, the item-page option rates (``analysis.failures.OPTION_RATES``) and the share
+    of episodes whose query copies the instruction exactly (``copied_query``)."""
     from .failures import option_columns
 
     result, trajectories = evaluate_policy(model, tokenizer, split, episodes, profile, name="policy", progress=False)
     s = result.summary()
     return {"success": s["success_rate"], "score": s["mean_score"], "steps": s["mean_steps"],
-            "invalid_rate": s["invalid_rate"], **option_columns(trajectories)}
+            "invalid_rate": s["invalid_rate"], **option_columns(trajectories),
+            "query_copied": sum(map(copied_query, trajectories)) / max(1, len(trajectories))}
 
 
 def pass_at_k(model, tokenizer, split: str, goals: int, k: int, profile=None, temperature: float = 1.0,

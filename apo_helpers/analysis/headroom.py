@@ -17,8 +17,10 @@ replays each greedy episode with pi*'s choice at every decision for several beta
 change that A*PO's own target asks for. The alternative's reply is one way of writing b (the expert's words), so
 log pi_ref(b|s) is a lower bound of the probability of choosing b, and a flip is counted conservatively.
 
-``search_deviations`` shows where sampling at temperature 1 spends its randomness: mostly on the search query,
-which the greedy policy already types right.
+``search_deviations`` shows where sampling at temperature 1 spends its randomness: mostly on the search query.
+``query_copies`` measures that query against the instruction it should copy: how often the greedy and the sampled
+queries copy it exactly, what an exact copy earns with greedy clicks after it, and how often the samples find the
+exact copy on the goals whose greedy query garbles it (``APOConfig.greedy_clicks`` and ``explore_search``).
 
 ``python -m apo_helpers headroom --ref DIR --split train --goals 100 --save`` writes
 ``data/results/headroom_<profile>.csv``.
@@ -37,6 +39,7 @@ from ..config import Profile
 from ..policy.prompts import Turn, build_messages, encode_chat, format_response
 from ..policy.rollout import GREEDY, Sampling, Trajectory, rollout
 from ..policy.scoring import collate, sequence_logprob_sums
+from .evaluate import copied_query
 from ..webshop.agents import EXPLAINED_PAGES, explain, explorable_actions
 from ..webshop.catalog import Goal, default_catalog
 from ..webshop.env import WebShopEnv
@@ -184,3 +187,42 @@ def search_deviations(model, tokenizer, goals: list[Goal], profile: Profile, sam
                      "same_actions": [u.action for u in t.turns] == [u.action for u in g.turns],
                      "reward": t.reward, "success": t.success, "greedy_success": g.success})
     return pd.DataFrame(rows)
+
+
+CLICKS = ("results", "item", "detail")
+"""The pages ``query_copies`` answers greedily after a sampled query (``APOConfig.greedy_clicks``' pages)."""
+
+
+def query_copies(model, tokenizer, goals: list[Goal], profile: Profile, samples: int = 8,
+                 temperature: float = 1.0) -> pd.DataFrame:
+    """The search query against the instruction it copies, one row per goal: whether the greedy episode's query
+    copies the instruction exactly (``evaluate.copied_query``) and whether it succeeds; of ``samples`` episodes whose
+    query is sampled at ``temperature`` and whose clicks are greedy, the share that copy it exactly, their success
+    rate, and the success rates of the exact and of the other samples (NaN when there are none)."""
+    greedy = rollout(model, tokenizer, goals, GREEDY, profile.policy, profile.policy_env())
+    sampled = rollout(model, tokenizer, [g for g in goals for _ in range(samples)],
+                      Sampling(temperature=temperature, greedy_pages=CLICKS), profile.policy, profile.policy_env())
+    rows = []
+    for k, g in enumerate(greedy):
+        own = sampled[k * samples:(k + 1) * samples]
+        exact = np.array([copied_query(t) for t in own])
+        success = np.array([t.success for t in own], dtype=float)
+        rows.append({"goal_index": g.goal.index, "greedy_copied": copied_query(g), "greedy_success": g.success,
+                     "sampled_copied": exact.mean(), "sampled_success": success.mean(),
+                     "success_copied": success[exact].mean() if exact.any() else np.nan,
+                     "success_garbled": success[~exact].mean() if (~exact).any() else np.nan})
+    return pd.DataFrame(rows)
+
+
+def query_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """``query_copies`` per kind of goal (all, greedy query exact, greedy query garbled): goals, greedy success, the
+    share of sampled queries that copy the instruction, the success of the samples, and the success of an exact and
+    of a garbled sampled query (means over the goals that have such samples)."""
+    kinds = {"all goals": table, "greedy query exact": table[table["greedy_copied"]],
+             "greedy query garbled": table[~table["greedy_copied"]]}
+    return pd.DataFrame({kind: {"goals": len(part), "greedy success": part["greedy_success"].mean(),
+                                "sampled queries exact": part["sampled_copied"].mean(),
+                                "sampled success": part["sampled_success"].mean(),
+                                "success, exact samples": part["success_copied"].mean(),
+                                "success, garbled samples": part["success_garbled"].mean()}
+                         for kind, part in kinds.items()}).T
