@@ -136,12 +136,27 @@ for count, table in demo_tables.items():  # pi_refs from fewer demonstrations of
                           f"imitation of {int(runs['ref_demonstrations'].iloc[0])} expert demonstrations "
                           f"(notebook 02's sweep, retrained for notebook 04)"))
     rows.append(seeds_row(f"apo (from pi_ref of {count} demonstrations, greedy search, disagreeing goals)", runs))
-selected_path = RESULTS_DIR / "apo_selected_gsv1024_b03_class_seeds.csv"
-if selected_path.exists():  # notebook 04 section 8: the same demonstrations on item pages that show the selection
-    selected = pd.read_csv(selected_path)
-    rows.append(start_row("pi_ref (options ignored, selection shown)", selected.query("objective == 'pi_ref'").iloc[0],
-                          "the same demonstrations on item pages that say which option is selected (notebook 04)"))
-    rows.append(seeds_row("apo (from pi_ref, options ignored, selection shown)", selected.query("objective == 'apo'")))
+OWN_REF_RUNS = {  # notebook 04 section 8: the best recipe from pi_refs of their own (table: label, pi_ref imitated)
+    "apo_selected_gsv1024_b03": ("options ignored, selection shown", "the demonstrations that ignore the options half "
+                                 "the time, on item pages that say which option is selected"),
+    "apo_forget_gsv1024_b03": ("options checked, not selected", "demonstrations that choose the item as the expert "
+                               "does but, half the time, select no option")}
+own_ref_tables = {}
+for name, (what, imitated) in OWN_REF_RUNS.items():
+    path = RESULTS_DIR / f"{name}_class_seeds.csv"
+    if path.exists():
+        table = own_ref_tables[what] = pd.read_csv(path)
+        rows.append(start_row(f"pi_ref ({what})", table.query("objective == 'pi_ref'").iloc[0],
+                              f"imitation of {imitated} (notebook 04)"))
+        rows.append(seeds_row(f"apo (from pi_ref, {what})", table.query("objective == 'apo'")))
+QUERY_RUNS = {  # notebook 04 section 8: from the full-expert pi_ref, only the search query sampled and trained
+    "apo_query_v1200_b01": "query sampled, clicks greedy"}
+query_tables = {}
+for name, recipe in QUERY_RUNS.items():
+    path = RESULTS_DIR / f"{name}_class_seeds.csv"
+    if path.exists():
+        query_tables[name] = pd.read_csv(path)
+        rows.append(seeds_row(f"apo (from pi_ref, {recipe})", query_tables[name].query("objective == 'apo'")))
 compare_path = RESULTS_DIR / "compare_class_summary.csv"
 compare_table = pd.read_csv(compare_path) if compare_path.exists() else None
 if compare_table is not None:
@@ -199,13 +214,23 @@ for count, table in demo_tables.items():
     lines.append(f"- From the π_ref of {count} demonstrations ({start:.1%}), A*PO with greedy search on the goals whose "
                  f"samples disagree reaches {runs.mean():.1%} ({runs.mean() - start:+.1%}, spread over seeds "
                  f"{runs.std(ddof=0):.1%}; the target was +10 points; notebook 04 section 6).")
-if "pi_ref (options ignored, selection shown)" in get.index:
-    start = get.loc["pi_ref (options ignored, selection shown)", "success_rate"]
-    trained = get.loc["apo (from pi_ref, options ignored, selection shown)"]
-    spread = selected.query("objective == 'apo'")["test_success"].std(ddof=0)
-    lines.append(f"- The same demonstrations on item pages that say which option is selected give a π_ref of "
-                 f"{start:.1%}; A*PO from it {trained['success_rate']:.1%} ({trained['success_rate'] - start:+.1%}, "
-                 f"spread over seeds {spread:.1%}; the target was +10 points).")
+for name, (what, imitated) in OWN_REF_RUNS.items():
+    if what in own_ref_tables:
+        start = get.loc[f"pi_ref ({what})", "success_rate"]
+        trained = get.loc[f"apo (from pi_ref, {what})"]
+        spread = own_ref_tables[what].query("objective == 'apo'")["test_success"].std(ddof=0)
+        lines.append(f"- The imitation of {imitated} gives a π_ref of {start:.1%}; A*PO from it (`{name}`) "
+                     f"{trained['success_rate']:.1%} ({trained['success_rate'] - start:+.1%}, spread over seeds "
+                     f"{spread:.1%}; the target was +10 points).")
+for name, recipe in QUERY_RUNS.items():
+    if name in query_tables:
+        table = query_tables[name]
+        start, runs = table.query("objective == 'pi_ref'").iloc[0], table.query("objective == 'apo'")
+        lines.append(f"- From π_ref, with the {recipe} (`{name}`): {runs['test_success'].mean():.1%} "
+                     f"({runs['test_success'].mean() - start['test_success']:+.1%}, spread over seeds "
+                     f"{runs['test_success'].std(ddof=0):.1%}); greedy queries that copy the instruction "
+                     f"{start['test_query_copied']:.1%} -> {runs['test_query_copied'].mean():.1%} (notebook 04 "
+                     f"section 8; the target was +10 points).")
 if compare_table is not None:
     c = compare_table.set_index("objective")
     best = c["test_success"].idxmax()
