@@ -341,34 +341,10 @@ print(f"sampled episodes whose every action is the greedy episode's: {deviations
       f"greedy success on these goals {deviations.groupby('goal_index')['greedy_success'].first().mean():.3f}")
 
 # %% [markdown]
-# The search query is a copy of the instruction, twenty-odd tokens long, and sampling types another query than the
-# greedy one often enough to change the results; most such episodes fail. So most of the difference between a good
-# and a bad sample, the signal the update learns from, is about typing the query. Past the search page, π_ref's
-# clicks are close to deterministic.
-#
-# Is the greedy query itself right? The demonstrations search for the whole instruction, so a right query is an
-# exact copy of it (`analysis.evaluate.copied_query`). `analysis.headroom.query_copies` plays 48 val goals greedily
-# and 8 times with the query sampled at temperature 1 and the clicks greedy (as evaluation would click after it):
-
-# %%
-from apo_helpers.analysis.evaluate import policy_goals
-from apo_helpers.analysis.headroom import query_copies, query_summary
-
-seed_everything(profile.seed)
-copies = query_summary(query_copies(ref_model, tokenizer, policy_goals("val", min(48, profile.apo.eval_episodes)),
-                                    profile, samples=8))
-display(copies.round(3))
-exact_share = copies.loc["greedy query exact", "goals"] / copies.loc["all goals", "goals"]
-print(f"greedy queries that copy the instruction: {exact_share:.3f}; where the greedy query garbles it, "
-      f"{copies.loc['greedy query garbled', 'sampled queries exact']:.3f} of the sampled queries copy it")
-
-# %% [markdown]
-# The greedy query is often not right: the tiny π_ref garbles its copy of the instruction on many goals (it swaps
-# in an attribute or an option value it has seen with that product type), and a garbled query fails far more often
-# than an exact one, even with the same greedy clicks after it. That is the largest single fault of π_ref's greedy
-# play, and one that sampling does not repair: where the greedy query garbles the instruction, almost no sampled
-# query copies it, so π_ref's own samples rarely show the update what an exact query earns. Section 8 trains the
-# query alone (`greedy_clicks`) and explores it with the exact copy (`explore_search`).
+# The search query is a copy of the instruction, twenty-odd tokens long, and sampling misspells it often enough to
+# change the results; most such episodes fail. So most of the difference between a good and a bad sample, the signal
+# the update learns from, is about typing the query, which the greedy policy (the one evaluated) already does
+# right. Past the search page, π_ref's clicks are close to deterministic.
 #
 # Second, would A*PO's own target change π_ref's decisions if it were reached exactly? The regression's minimiser is
 # π* ∝ π_ref · exp(r / β₂). At one decision s, with π_ref's greedy play after it, π* prefers another click b to
@@ -407,8 +383,8 @@ else:
     print("no committed table yet: python -m apo_helpers headroom --split train --goals 100 --save")
 
 # %% [markdown]
-# **What this says.** Most of what separates a good sample from a bad one is the search query, whose greedy copy is
-# often wrong in ways the samples seldom correct; past the search, π_ref's clicks are nearly deterministic. Yet its greedy episodes are close to
+# **What this says.** Most of what separates a good sample from a bad one is the search query, which greedy play
+# already types right; past the search, π_ref's clicks are nearly deterministic. Yet its greedy episodes are close to
 # succeeding much more often: one changed click would solve about twice as many of these goals. A*PO's target at
 # the class profile's β₂ makes few of those changes: π_ref's log-odds for its own click are larger than the return
 # gained, divided by β₂, can overturn. A smaller β₂ lets the target overturn them, but the regression then asks for
@@ -1351,41 +1327,25 @@ else:
 # ```
 
 # %%
-def own_ref_table(runs, labels):
-    """Runs that start from different π_refs: each one's own π_ref row (test), then its A*PO row against it."""
+SELECTED_TABLES = {"apo_sloppy_gsv1024_b03": "WebShop's pages", "apo_selected_gsv1024_b03": "pages show the selection"}
+selected_runs, _ = committed_runs(SELECTED_TABLES)
+if len(selected_runs) > 1:
     rows = {}
-    for name, tables in runs.items():
-        own_ref = tables["seeds"].query("objective == 'pi_ref'").iloc[0]
-        rows[f"{labels[name]}: π_ref"] = pd.Series({**own_ref[list(columns)].astype(float),
-                                                   "invalid actions (test)": own_ref["test_invalid_rate"]})
-        rows[f"{labels[name]}: A*PO"] = seeds_summary(tables, own_ref)
-    order = rows[f"{labels[name]}: A*PO"].index  # seeds_summary's columns, π_ref's rows leave gaps
-    return pd.DataFrame(rows).T[order].astype(float).rename(columns=columns)
-
-
-def show_runs(runs, labels, table, title, figure_name):
-    """A comparison of committed runs: their table, per-seed curves of greedy val success, sampled success and
-    invalid actions, and issue 4's bar for each trained row."""
-    display(table.round(3))
-    plot_seed_curves(runs, labels, [
+    for name, tables in selected_runs.items():
+        own_ref = tables["seeds"].query("objective == 'pi_ref'").iloc[0]  # each rendering has its own π_ref
+        rows[f"{SELECTED_TABLES[name]}: π_ref"] = pd.Series({**own_ref[list(columns)].astype(float),
+                                                            "invalid actions (test)": own_ref["test_invalid_rate"]})
+        rows[f"{SELECTED_TABLES[name]}: A*PO"] = seeds_summary(tables, own_ref)
+    order = rows[f"{SELECTED_TABLES[name]}: A*PO"].index  # seeds_summary's columns, π_ref's rows leave gaps
+    selected_table = pd.DataFrame(rows).T[order].astype(float).rename(columns=columns)
+    display(selected_table.round(3))
+    plot_seed_curves(selected_runs, SELECTED_TABLES, [
         ("success", "sampled success, training batches (10-it. mean)", False),
         ("invalid_rate", "invalid actions in the rollouts (10-it. mean)", False)], window=10,
-        title=title, figure_name=figure_name)
-    print_targets(table.dropna(subset=["gain over π_ref"]))
-
-
-def compare_own_refs(labels, title, figure_name):
-    """``show_runs`` for committed runs that each start from a π_ref of their own (``own_ref_table``)."""
-    runs, _ = committed_runs(labels)
-    if len(runs) < 2:
-        print("run the commands above to compare")
-        return
-    show_runs(runs, labels, own_ref_table(runs, labels), title, figure_name)
-
-
-SELECTED_TABLES = {"apo_sloppy_gsv1024_b03": "WebShop's pages", "apo_selected_gsv1024_b03": "pages show the selection"}
-compare_own_refs(SELECTED_TABLES, "β₂ = 0.03, goals whose rewards vary: item pages that show the selection",
-                 "04_selected")
+        title="β₂ = 0.03, goals whose rewards vary: item pages that show the selection", figure_name="04_selected")
+    print_targets(selected_table.dropna(subset=["gain over π_ref"]))
+else:
+    print("run the commands above to compare")
 
 # %% [markdown]
 # **What this says.** Showing the selection helps imitation, not RL. The π_ref imitated on such pages starts well
@@ -1395,85 +1355,6 @@ compare_own_refs(SELECTED_TABLES, "β₂ = 0.03, goals whose rewards vary: item 
 # asked for by the instruction, clicked on an item that does not offer it), so the item chosen was already the
 # wrong one. The limit is again what this model reads on the
 # results and item pages, not what the page tells it; the rendering is not the lever for the target.
-
-# %% [markdown]
-# ### Demonstrations that check the options but do not select them
-#
-# The sloppy demonstrator above ignores the options altogether: half its episodes also buy items that do not offer
-# the asked colour or size, where the full expert goes back to the next candidate. A π_ref imitating it therefore
-# learns a weaker item choice as well as fewer option clicks, and the invalid clicks above are that item choice.
-# `ExpertAgent(forget_options=0.5)` separates the two: it chooses the item exactly as the full expert does and, in
-# half its episodes, buys without selecting the options. Only the clicks are missing from its demonstrations, the
-# one thing section 6 showed A*PO can learn. Its π_ref and the best recipe from it (its own stage 1):
-#
-# ```
-# python -m apo_helpers train-ref --profile class --forget-options 0.5
-# python -m apo_helpers train --profile class --ref runs/pi_ref_class_forget_options_0.5 --seeds 0 1 2 \
-#     --iterations 60 --set vstar_goals=1024 keep_varying=True greedy_search=True beta2=0.03 \
-#     --out runs/apo_forget_gsv1024_b03_class --name apo_forget_gsv1024_b03 --save
-# ```
-
-# %%
-FORGET_TABLES = {"apo_sloppy_gsv1024_b03": "options ignored", "apo_forget_gsv1024_b03": "options checked, not selected"}
-compare_own_refs(FORGET_TABLES, "β₂ = 0.03, goals whose rewards vary: two sloppy demonstrators", "04_forget")
-
-# %% [markdown]
-# **What this says.** The narrower sloppiness leaves less for RL to add, not more. Its π_ref chooses items as the
-# full expert's does and starts higher on the goals without options, but it succeeds on almost none of the goals
-# with options: in half of its demonstrations the item page was followed by `buy now`, in the other half by one or
-# two option clicks, and its greedy episodes mix the two, one click and then `buy now`, or the same value clicked
-# again on a page that looks unchanged. A*PO raises its success on the option goals only a little, and its gain is
-# less than half of the options-ignoring recipe's. The reward pays for the complete, correct sequence of option
-# clicks, and what these runs add to the greedy policy is the first click, not the sequence.
-
-# %% [markdown]
-# ### The query alone: `greedy_clicks`, and the exact copy as exploration: `explore_search`
-#
-# Section 5 found the largest fault of the full-expert π_ref's greedy play in its first turn: its query garbles
-# the instruction on many goals, and those goals mostly fail. `APOConfig.greedy_clicks` is the mirror of
-# `greedy_search`: stage 1 and the rollouts sample only the query and click greedily after it, as evaluation does,
-# and log π sums the query turn's tokens, so each return judges one query by what the greedy clicks make of it.
-# Since π_ref's samples seldom copy the instruction where its greedy query garbles it, `explore_search=0.5`
-# answers half of the search turns with the exact copy, the rule agent's query in the demonstrations' words
-# (`agents.instruction_search`); A*PO's least squares needs no sampling probabilities, so those queries train like
-# the sampled ones (the second command; no committed table yet). From the full-expert π_ref, on every train goal
-# its demonstrations left (1,200) whose stage-1 rewards vary, at the profile's β₂ = 0.1:
-#
-# ```
-# python -m apo_helpers train --profile class --seeds 0 1 2 --iterations 60 \
-#     --set vstar_goals=1200 keep_varying=True greedy_clicks=True beta2=0.1 eval_every=10 \
-#     --out runs/apo_query_v1200_b01_class --name apo_query_v1200_b01 --save
-# python -m apo_helpers train --profile class --seeds 0 1 2 --iterations 60 \
-#     --set vstar_goals=1200 keep_varying=True greedy_clicks=True explore_search=0.5 beta2=0.1 eval_every=10 \
-#     --out runs/apo_query_explore_v1200_b01_class --name apo_query_explore_v1200_b01 --save
-# ```
-
-# %%
-QUERY_TABLES = {"apo_query_v1200_b01": "query sampled", "apo_query_explore_v1200_b01": "exact query in half"}
-# the committed tables only: the second command's run has none yet
-query_runs, query_start = committed_runs(QUERY_TABLES)
-if query_runs:
-    rows = {"π_ref": pd.Series({**query_start[list(columns)].astype(float),
-                                "query copied (test)": query_start["test_query_copied"]})}
-    for name, tables in query_runs.items():
-        trained = tables["seeds"].query("objective == 'apo'")
-        rows[QUERY_TABLES[name]] = pd.concat([seeds_summary(tables, query_start), pd.Series({
-            "query copied (test)": trained["test_query_copied"].mean()})])
-    query_table = pd.DataFrame(rows).T[rows[QUERY_TABLES[name]].index].astype(float).rename(columns=columns)
-    show_runs(query_runs, QUERY_TABLES, query_table, "the query alone, from the full-expert π_ref (β₂ = 0.1)",
-              "04_query")
-else:
-    print("run the commands above to compare")
-
-# %% [markdown]
-# **What this says.** Training the query alone is cheap (only the query's tokens are scored and trained), but it
-# does not help: the sampled success on the training batches stays flat, greedy test success ends below π_ref's in
-# every seed, and the greedy query copies the instruction less often than π_ref's did. The reason is in A*PO's
-# per-trajectory target: an exact query followed by greedy clicks that still fail (about half of them, section 5)
-# earns r − V* < 0 and is pushed down as firmly as a garbled one, so on these rewards exact copying is not what pays
-# on every goal, and the update moves queries goal by goal rather than toward the rule "copy the instruction". The
-# query is a skill the demonstrations teach by imitation (notebook 02's sweep: more demonstrations, better
-# queries), and the return of a whole episode is a poor teacher of it for this model.
 
 # %% [markdown]
 # ## 9. Before and after, on the same goals
@@ -1584,11 +1465,3 @@ else:
 #   goals at a constant rate do, or a little lower (section 8).
 # - Item pages that say which option is selected give a better π_ref by imitation alone, and A*PO from it ends lower
 #   than it started (section 8): the options it clicks wrongly are values the chosen item does not offer.
-# - A narrower sloppy demonstrator, one that chooses the item as the expert does and only leaves the options
-#   unselected, leaves less for A*PO to add, not more (section 8): the reward pays for the whole sequence of option
-#   clicks, and what the update adds to greedy play is the first click.
-# - The full-expert π_ref's largest single fault is its query: greedy play garbles its copy of the instruction on
-#   many goals, and where it does, its samples almost never copy it (section 5). Training the query alone behind
-#   greedy clicks (`greedy_clicks`) raises neither the greedy copy rate nor test success: each return judges a
-#   query together with the clicks after it, so copying is not what pays on every goal, and the +10-point target
-#   stays unmet.

@@ -136,7 +136,7 @@ for count, table in demo_tables.items():  # pi_refs from fewer demonstrations of
                           f"imitation of {int(runs['ref_demonstrations'].iloc[0])} expert demonstrations "
                           f"(notebook 02's sweep, retrained for notebook 04)"))
     rows.append(seeds_row(f"apo (from pi_ref of {count} demonstrations, greedy search, disagreeing goals)", runs))
-OWN_REF_RUNS = {  # notebook 04 section 8: the best recipe from pi_refs of their own (table: label, pi_ref imitated)
+OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_ref imitated)
     "apo_selected_gsv1024_b03": ("options ignored, selection shown", "the demonstrations that ignore the options half "
                                  "the time, on item pages that say which option is selected"),
     "apo_forget_gsv1024_b03": ("options checked, not selected", "demonstrations that choose the item as the expert "
@@ -147,9 +147,9 @@ for name, (what, imitated) in OWN_REF_RUNS.items():
     if path.exists():
         table = own_ref_tables[what] = pd.read_csv(path)
         rows.append(start_row(f"pi_ref ({what})", table.query("objective == 'pi_ref'").iloc[0],
-                              f"imitation of {imitated} (notebook 04)"))
+                              f"imitation of {imitated}"))
         rows.append(seeds_row(f"apo (from pi_ref, {what})", table.query("objective == 'apo'")))
-QUERY_RUNS = {  # notebook 04 section 8: from the full-expert pi_ref, only the search query sampled and trained
+QUERY_RUNS = {  # from the full-expert pi_ref, only the search query sampled and trained
     "apo_query_v1200_b01": "query sampled, clicks greedy"}
 query_tables = {}
 for name, recipe in QUERY_RUNS.items():
@@ -229,8 +229,8 @@ for name, recipe in QUERY_RUNS.items():
         lines.append(f"- From π_ref, with the {recipe} (`{name}`): {runs['test_success'].mean():.1%} "
                      f"({runs['test_success'].mean() - start['test_success']:+.1%}, spread over seeds "
                      f"{runs['test_success'].std(ddof=0):.1%}); greedy queries that copy the instruction "
-                     f"{start['test_query_copied']:.1%} -> {runs['test_query_copied'].mean():.1%} (notebook 04 "
-                     f"section 8; the target was +10 points).")
+                     f"{start['test_query_copied']:.1%} -> {runs['test_query_copied'].mean():.1%} (the target "
+                     f"was +10 points).")
 if compare_table is not None:
     c = compare_table.set_index("objective")
     best = c["test_success"].idxmax()
