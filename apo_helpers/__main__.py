@@ -9,7 +9,7 @@ import sys
 
 from pathlib import Path
 
-from .config import DATA_DIR, RESULTS_DIR, device, get_profile, seed_everything, with_overrides
+from .config import DATA_DIR, RESULTS_DIR, device, get_profile, numerics, seed_everything, with_overrides
 from .files import atomic_write_text
 
 
@@ -119,6 +119,7 @@ def cmd_train_ref(args) -> int:
         metrics[split] = result.summary()
         metrics[split].update(pass_at_k(ref.model, ref.tokenizer, split, cfg.pass_k_goals, cfg.pass_k, profile,
                                         progress=not args.json))
+    metrics["numerics"] = numerics()  # what a retrain elsewhere must match to give these numbers
     atomic_write_text(Path(args.out) / "metrics.json", json.dumps(metrics, indent=1) + "\n")
     print(json.dumps(metrics) if args.json else json.dumps(metrics, indent=1))
     return 0

@@ -415,6 +415,43 @@ def seed_everything(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
+def numerics() -> dict:
+    """The versions and kernels that decide a run's floating-point numbers, recorded beside its results.
+
+    The same seed gives the same numbers only with the same torch, transformers and tokenizers and the same CPU
+    kernels: torch picks its vectorized kernels (``cpu_capability``) and MKL its matrix code by the CPU it runs on,
+    and the tiny policies' training amplifies last-digit differences within a few dozen steps (README, Development).
+    """
+    import platform
+
+    info = {"python": platform.python_version(), "machine": platform.machine(), "processor": _cpu_model(),
+            "numpy": np.__version__}
+    try:
+        import tokenizers
+        import torch
+        import transformers
+    except ImportError:  # the environment alone does not need the language-model stack
+        return info
+    info.update(torch=torch.__version__, transformers=transformers.__version__, tokenizers=tokenizers.__version__,
+                cpu_capability=torch.backends.cpu.get_cpu_capability(), torch_threads=torch.get_num_threads(),
+                mkl_cbwr=os.environ.get("MKL_CBWR", ""), device=device(),
+                gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else "")
+    return info
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what ``platform`` knows."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def device() -> str:
     """``cuda`` when a GPU is present, else ``cpu``."""
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 from .analysis.evaluate import greedy_evaluation
 from .apo.trainer import Trainer, latest_checkpoint, load_models, make_accelerator
 from .apo.vstar import stage1
-from .config import Profile, apo_overrides
+from .config import Profile, apo_overrides, numerics
 from .files import atomic_write_text
 from .policy.models import rendering_files, save_policy, with_rendering
 
@@ -70,6 +70,7 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
         state.history.to_csv(out_dir / "history.csv", index=False)
         state.evals.to_csv(out_dir / "evals.csv", index=False)
         save_policy(model, tokenizer, out_dir / "policy", extra_files=rendering_files(profile.policy))
-        atomic_write_text(out_dir / "metrics.json", json.dumps(metrics, indent=1) + "\n")
+        # numerics (versions, CPU kernels) only in the run's own file: the seeds' table keeps one row of scalars
+        atomic_write_text(out_dir / "metrics.json", json.dumps({**metrics, "numerics": numerics()}, indent=1) + "\n")
     accelerator.wait_for_everyone()
     return metrics

@@ -486,6 +486,9 @@ def test_cli_vstar_then_train(ref_dir, tmp_path, capsys):
     assert (tmp_path / "run" / "seed_0" / "policy" / "model.safetensors").exists()
     metrics = json.loads((tmp_path / "run" / "seed_0" / "metrics.json").read_text())
     assert metrics["vstar_key"] == summary["key"] and metrics["vstar_goals"] == summary["goals"]
+    import torch
+    assert metrics["numerics"]["torch"] == torch.__version__  # what a rerun elsewhere must match
+    assert "numerics" not in results  # the seeds' table keeps scalars only
     # --set changes stage 1's goals (another cache key), as `train --set` would look it up
     capsys.readouterr()
     assert main(["vstar", "--profile", "ci", "--ref", str(ref_dir), "--out", str(tmp_path / "vs"), "--set",

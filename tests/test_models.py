@@ -157,6 +157,22 @@ def test_build_is_seeded(tokenizer, model):
         assert torch.equal(a, b)
 
 
+def test_numerics_names_what_decides_the_numbers(monkeypatch):
+    """A run records the versions and CPU kernels its numbers depend on (README, Development)."""
+    import tokenizers
+    import transformers
+
+    from apo_helpers.config import numerics
+
+    monkeypatch.setenv("MKL_CBWR", "AVX2")
+    info = numerics()
+    assert (info["torch"], info["transformers"], info["tokenizers"]) == (
+        torch.__version__, transformers.__version__, tokenizers.__version__)
+    assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and info["mkl_cbwr"] == "AVX2"
+    assert info["torch_threads"] == torch.get_num_threads() and info["device"] in ("cpu", "cuda")
+    assert isinstance(info["processor"], str) and info["machine"]
+
+
 def _batch(tokenizer):
     texts = ["<think> item 2 fits </think> <answer> click[item 2] </answer>", "i need a yoga mat"]
     return tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)

@@ -34,6 +34,8 @@ def test_environment_yml_names_the_same_dependencies_as_pyproject():
     conda_pins = {r.replace(" ", "") for r in pip_section if not r.startswith("-e")}
     assert conda_pins == wanted, f"only in environment.yml: {conda_pins - wanted}; only in pyproject: {wanted - conda_pins}"
     assert "torch==2.13.0" in wanted
+    # the stack that decides the numbers is pinned exactly: a new release may train another tokenizer here
+    assert {r.split("==")[0] for r in wanted if "==" in r} >= {"torch", "transformers", "tokenizers"}
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
