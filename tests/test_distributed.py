@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from apo_helpers.apo.sft import train_reference
 from apo_helpers.apo.trainer import load_models
-from apo_helpers.apo.vstar import stage1
+from apo_helpers.apo.vstar import stage1, stage1_goals
 from apo_helpers.config import get_profile
 
 SCRIPT = Path(__file__).parent / "distributed" / "one_update.py"
 P = get_profile("ci")
+BATCH = 4  # tests/distributed/one_update.py's fixed batch
 
 
 def _free_port() -> int:
@@ -41,12 +41,12 @@ def _run(processes: int, ref_dir, vstar_dir, out) -> dict:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(ci_ref_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("distributed")
-    train_reference(P, out_dir=root / "pi_ref", progress=False)
-    _, ref_model, tokenizer = load_models(root / "pi_ref", "cpu")
-    table = stage1(ref_model, tokenizer, P, root / "vstar", progress=False)
-    return root, root / "pi_ref", root / "vstar" / table.key
+    _, ref_model, tokenizer = load_models(ci_ref_dir, "cpu")
+    # V* of the goals the fixed batch plays (the script overwrites V* itself: only the table's goals matter)
+    table = stage1(ref_model, tokenizer, P, root / "vstar", goals=stage1_goals(P)[:BATCH], progress=False)
+    return root, ci_ref_dir, root / "vstar" / table.key
 
 
 def test_two_processes_give_the_one_process_update(setup):

