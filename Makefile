@@ -23,11 +23,13 @@ $(INSTALLED): pyproject.toml Makefile
 ## make test: unit tests, then every notebook under nbval with the small `ci` profile
 test: unit nbval
 
-# two pytest workers (one per core of a 2-core CI machine); tests sharing a converted model keep to one worker
-# (xdist_group); the slowest tests are listed so a growing one is seen
+# two pytest workers (one per core of a 2-core CI machine), each on one thread: more torch/OpenMP threads than cores
+# (and the subprocesses some tests start) slow every worker many times over; tests sharing a converted model keep to
+# one worker (xdist_group); the slowest tests are listed so a growing one is seen
 unit: $(INSTALLED)
 	$(BIN)/python -m apo_helpers data --check
-	APO_PROFILE=ci $(BIN)/python -m pytest tests -q -n 2 --dist loadgroup --durations=15
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 APO_PROFILE=ci $(BIN)/python -m pytest tests -q -n 2 --dist loadgroup \
+		--durations=15
 
 ## make test-slow: the tests marked slow (SmolLM2's real weights end to end: many minutes on a CPU)
 test-slow: $(INSTALLED)
