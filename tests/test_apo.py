@@ -346,15 +346,16 @@ def _comparable(history):
 
 
 def test_resume_continues_exactly(ref_dir, vstar, tmp_path):
-    profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, iterations=4, eval_every=2, checkpoint_every=2))
+    # two iterations, a checkpoint and a val evaluation after each: the run stopped after the first and resumed
+    profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, iterations=2, eval_every=1, checkpoint_every=1))
     straight = _trainer(ref_dir, vstar, tmp_path / "straight", profile=profile)
     straight.run(progress=False)
-    first = _trainer(ref_dir, vstar, tmp_path / "resumed", iterations=2, profile=profile)
+    first = _trainer(ref_dir, vstar, tmp_path / "resumed", iterations=1, profile=profile)
     first.run(progress=False)
-    assert latest_checkpoint(tmp_path / "resumed").name == "iter_000002"
+    assert latest_checkpoint(tmp_path / "resumed").name == "iter_000001"
     seed_everything(12345)  # a different global RNG state: the checkpoint must restore it
     second = _trainer(ref_dir, vstar, tmp_path / "resumed", profile=profile)
-    assert second.load_checkpoint() == 2
+    assert second.load_checkpoint() == 1
     second.run(progress=False)
     pd.testing.assert_frame_equal(_comparable(second.state.history), _comparable(straight.state.history))
     pd.testing.assert_frame_equal(second.state.evals.reset_index(drop=True), straight.state.evals.reset_index(drop=True),
@@ -922,7 +923,9 @@ def test_learning_rate_held_or_decayed_after_the_warm_up():
 
 def test_a_decaying_run_records_its_schedule(ref_dir, vstar):
     profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, lr_decay=True, warmup=1))
-    state = _trainer(ref_dir, vstar, iterations=4, profile=profile).run(progress=False)
+    trainer = _trainer(ref_dir, vstar, iterations=4, profile=profile)
+    trainer.evaluator = None  # the schedule is the point: no val evaluations
+    state = trainer.run(progress=False)
     expected = [trainer_module.learning_rate(profile.apo, i, 4) for i in range(4)]
     assert state.history["lr"].tolist() == pytest.approx(expected)
     assert expected[0] > expected[-1]
