@@ -35,14 +35,9 @@ unit: $(INSTALLED)
 test-slow: $(INSTALLED)
 	APO_SLOW_TESTS=1 APO_PROFILE=ci $(BIN)/python -m pytest tests -q -m slow
 
-# the notebooks run two at a time (one per core, one thread each; --dist loadscope keeps a notebook's cells in order
-# on one worker); what notebooks 02-05 load, the ci pi_ref and its V* table, is built first so that two notebooks
-# side by side never train or sample it both at once
 nbval: $(INSTALLED)
-	test -f runs/pi_ref_ci/model.safetensors || APO_PROFILE=ci $(BIN)/python -m apo_helpers train-ref --json >/dev/null
-	APO_PROFILE=ci $(BIN)/python -m apo_helpers vstar --json >/dev/null
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 APO_PROFILE=ci $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax \
-		--nbval-cell-timeout=$(CELL_TIMEOUT) -n 2 --dist loadscope --durations=10 $(NOTEBOOKS)
+	APO_PROFILE=ci $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax \
+		--nbval-cell-timeout=$(CELL_TIMEOUT) $(NOTEBOOKS)
 
 PROFILE := $(or $(APO_PROFILE),class)
 REFERENCE := runs/pi_ref_$(PROFILE)/model.safetensors
