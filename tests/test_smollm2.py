@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import importlib.util
 import math
 import re
@@ -85,12 +86,20 @@ def test_unknown_named_model():
 
 # ---------------------------------------------------------------------------------------------- the converted model
 
-@pytest.fixture(scope="module")
-def smollm2():
-    if not _available():
-        pytest.skip(needs_smollm2.kwargs["reason"])
+@functools.cache
+def _loaded_once():
+    """One load per process: pytest-xdist may hand a worker this module's tests in several runs with other modules'
+    tests between them, and a module-scoped fixture is then set up again each time (minutes on a loaded CPU)."""
     model, tokenizer = load_named_model(NAME)          # converts on the first run of a checkout (~30 s), then ~1 s
     return model.eval(), tokenizer
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """The converted model and its tokenizer, read-only: a test that trains loads its own copy."""
+    if not _available():
+        pytest.skip(needs_smollm2.kwargs["reason"])
+    return _loaded_once()
 
 
 @needs_smollm2
