@@ -28,6 +28,8 @@ def test_trained_table_gives_mean_spread_and_reference(tmp_path):
     assert trained_table(tmp_path).splitlines()[3].endswith("| apo | none |")
     _seeds(tmp_path / "apo_class_seeds.csv", "apo", [0.40], apo_overrides="greedy_search=True lr=0.001")
     assert trained_table(tmp_path).splitlines()[3].endswith("| apo | `greedy_search=True lr=0.001` |")
+    _seeds(tmp_path / "apo_class_seeds.csv", "apo", [0.40], device="cuda:0")   # a GPU's minutes say so
+    assert trained_table(tmp_path).splitlines()[3].endswith("| 10.0 (cuda:0) | apo | not recorded |")
 
 
 def test_trained_table_keeps_each_pi_ref_with_its_runs(tmp_path):
@@ -75,9 +77,13 @@ def test_trained_table_groups_tables_of_one_pi_ref_folder(tmp_path):
     assert len(lines) == 5 and sum("pi_ref (start)" in line for line in lines) == 1
     assert all("options ignored in 50%; 595 demonstrations" in line for line in lines[2:])
     # another pi_ref folder with the same description is another group
-    _seeds(tmp_path / "apo_other_class_seeds.csv", "apo", [0.31], ref_success=0.26, demo_skip_options=0.5,
-           ref="pi_ref_other")
-    assert sum("pi_ref (start)" in line for line in trained_table(tmp_path).splitlines()) == 2
+    _seeds(tmp_path / "apo_zother_class_seeds.csv", "apo", [0.31], ref_success=0.26, demo_skip_options=0.5,
+           ref="pi_ref_other", ref_demonstrations=595)
+    lines = trained_table(tmp_path).splitlines()
+    assert sum("pi_ref (start)" in line for line in lines) == 2
+    # ... and its label names its folder, so the two start rows are told apart (the first keeps its label)
+    assert [line.split(" | ")[1] for line in lines if "pi_ref (start)" in line] == [
+        "options ignored in 50%; 595 demonstrations", "options ignored in 50%; 595 demonstrations; `pi_ref_other`"]
 
 
 def test_bench_train_table_and_sections_are_filled(tmp_path):

@@ -98,6 +98,14 @@ def _recipe(runs: pd.DataFrame) -> str:
     return f"`{changes.iloc[0]}`" if len(changes) and changes.iloc[0] else "none"
 
 
+def _minutes(runs: pd.DataFrame) -> str:
+    """Mean training minutes per seed, and the device where it was not the CPU (a GPU's minutes are not comparable)."""
+    minutes = f"{runs['train_seconds'].mean() / 60:.1f}"
+    devices = runs["device"].dropna() if "device" in runs else pd.Series(dtype=str)
+    gpu = [d for d in devices.unique() if not str(d).startswith("cpu")]
+    return f"{minutes} ({', '.join(gpu)})" if gpu else minutes
+
+
 def trained_table(results: Path = RESULTS_DIR) -> str | None:
     """Per pi_ref (the ``*_class_seeds.csv`` files grouped by their pi_ref folder, ``ref``, or where a table does not
     record it by their demonstrations and item pages): pi_ref's row once, then one row per trained objective of any
@@ -128,6 +136,11 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
         key = refs.iloc[0] if len(refs) else demos  # one pi_ref folder, one group, though older tables say less
         groups.setdefault(key, []).append(df)
         labels[key] = max(labels.get(key, ""), demos, key=len)
+    seen: set[str] = set()
+    for key in groups:  # two pi_ref folders that the columns describe alike (one retrained elsewhere): name the later
+        if labels[key] in seen and key != labels[key]:
+            labels[key] += f"; `{key}`"
+        seen.add(labels[key])
     rows = []
     for key, frames in groups.items():
         demos = labels[key]
@@ -135,7 +148,7 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
         rows.append({"policy": "pi_ref (start)", "demonstrations": demos, "seeds": "-",
                      "test success (mean ± std over seeds)": f"{ref['test_success']:.1%}", "per seed": "-",
                      "test mean score": f"{ref['test_score']:.3f}", "mean steps": f"{ref['test_steps']:.2f}",
-                     "iterations": 0, "training minutes per seed (CPU)": "-", "table": "-", "APOConfig changes": "-"})
+                     "iterations": 0, "training minutes per seed": "-", "table": "-", "APOConfig changes": "-"})
         for df in frames:
             for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
                 rows.append({"policy": objective, "demonstrations": demos, "seeds": len(runs),
@@ -145,7 +158,7 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
                              "test mean score": f"{runs['test_score'].mean():.3f}",
                              "mean steps": f"{runs['test_steps'].mean():.2f}",
                              "iterations": int(runs["iterations"].iloc[0]),
-                             "training minutes per seed (CPU)": f"{runs['train_seconds'].mean() / 60:.1f}",
+                             "training minutes per seed": _minutes(runs),
                              "table": stems[id(df)], "APOConfig changes": _recipe(runs)})
     return _markdown(pd.DataFrame(rows))
 
