@@ -140,7 +140,11 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
     "apo_selected_gsv1024_b03": ("options ignored, selection shown", "the demonstrations that ignore the options half "
                                  "the time, on item pages that say which option is selected"),
     "apo_forget_gsv1024_b03": ("options checked, not selected", "demonstrations that choose the item as the expert "
-                               "does but, half the time, select no option")}
+                               "does but, half the time, select no option"),
+    "apo_rerun_gsv1024_b03": ("full expert, retrained", "the full expert's demonstrations, the same command as pi_ref's "
+                              "retrained on another machine (other weights, another test score)")}
+SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's label, the recipe's change)
+    "apo_rerun_gsv1024_b01_h200": ("full expert, retrained", "beta2 0.01, trained on a GPU")}
 own_ref_tables = {}
 for name, (what, imitated) in OWN_REF_RUNS.items():
     path = RESULTS_DIR / f"{name}_class_seeds.csv"
@@ -149,6 +153,12 @@ for name, (what, imitated) in OWN_REF_RUNS.items():
         rows.append(start_row(f"pi_ref ({what})", table.query("objective == 'pi_ref'").iloc[0],
                               f"imitation of {imitated}"))
         rows.append(seeds_row(f"apo (from pi_ref, {what})", table.query("objective == 'apo'")))
+same_ref_tables = {}
+for name, (what, recipe) in SAME_REF_RUNS.items():
+    path = RESULTS_DIR / f"{name}_class_seeds.csv"
+    if path.exists() and what in own_ref_tables:
+        table = same_ref_tables[name] = pd.read_csv(path)
+        rows.append(seeds_row(f"apo (from pi_ref, {what}; {recipe})", table.query("objective == 'apo'")))
 QUERY_RUNS = {  # from the full-expert pi_ref, only the search query sampled and trained
     "apo_query_v1200_b01": "query sampled, clicks greedy"}
 query_tables = {}
@@ -222,6 +232,12 @@ for name, (what, imitated) in OWN_REF_RUNS.items():
         lines.append(f"- The imitation of {imitated} gives a π_ref of {start:.1%}; A*PO from it (`{name}`) "
                      f"{trained['success_rate']:.1%} ({trained['success_rate'] - start:+.1%}, spread over seeds "
                      f"{spread:.1%}; the target was +10 points).")
+for name, (what, recipe) in SAME_REF_RUNS.items():
+    if name in same_ref_tables:
+        start = get.loc[f"pi_ref ({what})", "success_rate"]
+        runs = same_ref_tables[name].query("objective == 'apo'")["test_success"]
+        lines.append(f"- From the same π_ref ({what}), {recipe} (`{name}`): {runs.mean():.1%} "
+                     f"({runs.mean() - start:+.1%}, spread over seeds {runs.std(ddof=0):.1%}).")
 for name, recipe in QUERY_RUNS.items():
     if name in query_tables:
         table = query_tables[name]
