@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -115,3 +118,15 @@ def test_search_engine_is_cached_per_catalog_and_limit(small_catalog, full_catal
     assert other_limit is not engine and other_limit.max_results == 5
     assert search_engine(full_catalog) is not engine
     assert WebShopEnv(split="test", catalog=small_catalog).search_engine is engine
+
+
+@pytest.mark.parametrize("chosen", [None, "cuda"])
+def test_importing_search_keeps_jax_off_the_gpu_unless_chosen(chosen):
+    """bm25s runs a JAX operation at import where JAX is installed: JAX must not claim the GPU's memory (measured on
+    an H200: six training processes, each importing bm25s, ran the card out of memory until JAX_PLATFORMS=cpu)."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    if chosen:
+        env["JAX_PLATFORMS"] = chosen
+    code = "import os, apo_helpers.webshop.search; print(os.environ['JAX_PLATFORMS'])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == (chosen or "cpu")

@@ -6,8 +6,15 @@ Each product is indexed by its title, attributes and bullet points. Queries and 
 
 from __future__ import annotations
 
-import bm25s
-import numpy as np
+import os
+
+# bm25s runs one JAX operation when it is imported wherever JAX is installed; on a CUDA machine that starts JAX's GPU
+# backend, which takes 75% of the GPU's memory by default, in every process, before torch has asked for any. The
+# search needs no JAX (it scores with bm25s's sparse matrices), so JAX stays on the CPU unless the user chose.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import bm25s  # noqa: E402  (after the line above)
+import numpy as np  # noqa: E402
 
 from .catalog import Catalog, Product
 from .text import STOPWORDS, words
