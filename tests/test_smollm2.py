@@ -88,8 +88,8 @@ def test_unknown_named_model():
 
 @functools.cache
 def _loaded_once():
-    """One load per process: pytest-xdist may hand a worker this module's tests in several runs with other modules'
-    tests between them, and a module-scoped fixture is then set up again each time (minutes on a loaded CPU)."""
+    """One load per process, however the module's tests are ordered among other modules' (a module-scoped fixture
+    is set up again whenever a worker comes back to the module); the xdist group keeps them on one worker."""
     model, tokenizer = load_named_model(NAME)          # converts on the first run of a checkout (~30 s), then ~1 s
     return model.eval(), tokenizer
 
