@@ -145,6 +145,7 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
                               "retrained on another machine (other weights, another test score)")}
 SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's label, the recipe's change)
     "apo_rerun_gsv1024_b01": ("full expert, retrained", "beta2 0.01"),
+    "apo_rerun_gsv1024_b01_it120": ("full expert, retrained", "beta2 0.01, 120 iterations"),
     "apo_rerun_gsv1024_b01_h200": ("full expert, retrained", "beta2 0.01, trained on a GPU")}
 own_ref_tables = {}
 for name, (what, imitated) in OWN_REF_RUNS.items():
