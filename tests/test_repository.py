@@ -102,9 +102,9 @@ def test_imports_only_point_down_the_data_flow():
 def test_xdist_keeps_a_group_on_one_worker(tmp_path):
     """`make unit` runs `--dist loadgroup` so that the tests sharing SmolLM2 load it in one worker; some pytest and
     pytest-xdist releases together drop the groups without a word (every test then runs wherever it lands)."""
-    body = "import pytest\n\n@pytest.mark.xdist_group('one')\n@pytest.mark.parametrize('i', range(6))\ndef test_g(i):\n    pass\n"
-    (tmp_path / "test_grouped.py").write_text(body)
-    (tmp_path / "test_free.py").write_text("import pytest\n\n@pytest.mark.parametrize('i', range(6))\ndef test_f(i):\n    pass\n")
+    body = "import pytest\n\n{mark}@pytest.mark.parametrize('i', range(6))\ndef test_{name}(i):\n    pass\n"
+    (tmp_path / "test_grouped.py").write_text(body.format(mark="@pytest.mark.xdist_group('one')\n", name="g"))
+    (tmp_path / "test_free.py").write_text(body.format(mark="", name="f"))
     out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
                           "-v", str(tmp_path)], capture_output=True, text=True, cwd=tmp_path).stdout
     workers = set(re.findall(r"\[(gw\d)\] .* PASSED .*test_grouped\.py", out))

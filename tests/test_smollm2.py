@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import importlib.util
 import math
 import re
@@ -86,20 +85,13 @@ def test_unknown_named_model():
 
 # ---------------------------------------------------------------------------------------------- the converted model
 
-@functools.cache
-def _loaded_once():
-    """One load per process, however the module's tests are ordered among other modules' (a module-scoped fixture
-    is set up again whenever a worker comes back to the module); the xdist group keeps them on one worker."""
-    model, tokenizer = load_named_model(NAME)          # converts on the first run of a checkout (~30 s), then ~1 s
-    return model.eval(), tokenizer
-
-
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")   # once per process, however a worker interleaves this module with others
 def smollm2():
     """The converted model and its tokenizer, read-only: a test that trains loads its own copy."""
     if not _available():
         pytest.skip(needs_smollm2.kwargs["reason"])
-    return _loaded_once()
+    model, tokenizer = load_named_model(NAME)          # converts on the first run of a checkout (~30 s), then ~1 s
+    return model.eval(), tokenizer
 
 
 @needs_smollm2
