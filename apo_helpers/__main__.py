@@ -109,6 +109,7 @@ def cmd_train_ref(args) -> int:
                           progress=not args.json)
     cfg = profile.reference
     metrics = {"profile": profile.name, "demonstrations": len(ref.demonstrations),
+               "demo_goals": profile.reference.demonstrations if args.demonstrations is None else args.demonstrations,
                "demo_skip_options": cfg.demo_skip_options, "demo_forget_options": cfg.demo_forget_options,
                "show_selected_options": profile.policy.show_selected_options,
                "train_seconds": round(ref.seconds, 1), "final_loss": round(float(ref.history["loss"].iloc[-1]), 4)}
@@ -184,12 +185,13 @@ def cmd_pretrained(args) -> int:
 
 def cmd_vstar(args) -> int:
     """A*PO stage 1: V* of the profile's train goals from N samples of the frozen pi_ref (cached)."""
+    from .apo.sft import with_reference_goals
     from .apo.vstar import stage1
     from .policy.models import load_policy, with_rendering
 
     profile = with_overrides(get_profile(args.profile), args.set)
     ref = _reference_arg(args, profile)
-    profile = with_rendering(profile, ref)
+    profile = with_reference_goals(with_rendering(profile, ref), ref)
     ref_model, tokenizer = load_policy(ref, device())
     result = stage1(ref_model, tokenizer, profile, args.out, progress=not args.json)
     table = result.table

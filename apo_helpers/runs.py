@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from .analysis.evaluate import greedy_evaluation
+from .apo.sft import with_reference_goals
 from .apo.trainer import Trainer, latest_checkpoint, load_models, make_accelerator
 from .apo.vstar import stage1
 from .config import Profile, apo_overrides, numerics
@@ -40,7 +41,7 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
     Writes under ``out_dir``: ``checkpoints/``, ``history.csv``, ``evals.csv``, ``policy/`` and ``metrics.json``.
     """
     out_dir = Path(out_dir)
-    profile = with_rendering(profile, ref_dir)  # pages as pi_ref learned them
+    profile = with_reference_goals(with_rendering(profile, ref_dir), ref_dir)  # pages and goals as pi_ref learned
     accelerator = make_accelerator()
     model, ref_model, tokenizer = load_models(ref_dir, str(accelerator.device))
     with accelerator.main_process_first():  # one process samples stage 1 (when not cached), the others load it

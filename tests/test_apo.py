@@ -200,6 +200,34 @@ def test_stage1_goals_are_not_demonstration_goals():
         stage1_goals(dataclasses.replace(P, apo=dataclasses.replace(P.apo, vstar_goals=10**6)))
 
 
+def test_stage1_skips_the_goals_its_own_pi_ref_imitated(tmp_path):
+    """A pi_ref imitated from more goals than the profile's records how many (``demo_goals``): stage 1 then starts
+    after them, so it never samples a goal that pi_ref memorised."""
+    from apo_helpers.apo.sft import with_reference_goals
+
+    assert with_reference_goals(P, tmp_path) is P  # no metrics.json: the profile as it is
+    (tmp_path / "metrics.json").write_text(json.dumps({"demonstrations": 58}))
+    assert with_reference_goals(P, tmp_path) is P  # a pi_ref saved before demo_goals was recorded
+    more = 3 * P.reference.demonstrations
+    (tmp_path / "metrics.json").write_text(json.dumps({"demonstrations": more - 2, "demo_goals": more}))
+    profile = with_reference_goals(P, tmp_path)
+    assert profile.reference.demonstrations == more
+    imitated = {d.goal.index for d in expert_demonstrations(P, more)}
+    assert imitated & {g.index for g in stage1_goals(P)}  # the profile's count would overlap them
+    assert not imitated & {g.index for g in stage1_goals(profile)}
+    for text, message in [("{oops", "JSON object"), ("[1]", "JSON object"), ('{"demo_goals": "many"}', "count"),
+                          ('{"demo_goals": -1}', "count")]:
+        (tmp_path / "metrics.json").write_text(text)
+        with pytest.raises(ValueError, match=message):
+            with_reference_goals(P, tmp_path)
+
+
+def test_cli_train_ref_records_the_goals_it_drew_demonstrations_from(tmp_path, capsys):
+    assert main(["train-ref", "--profile", "ci", "--demonstrations", "12", "--out", str(tmp_path), "--json"]) == 0
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["demo_goals"] == 12 and metrics["demonstrations"] <= 12
+
+
 def test_cache_key_depends_on_what_changes_vstar(models):
     _, ref_model, _ = models
     goals = stage1_goals(P)

@@ -29,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
+from ..apo.sft import with_reference_goals
 from ..apo.vstar import VStarTable, filter_goals, sample_rewards, stage1, vstar_table
 from ..config import RUNS_DIR, Profile, device, seed_everything, with_overrides
 from ..policy.models import load_policy, with_rendering
@@ -87,6 +88,7 @@ def seen_and_unseen(run_dir, profile: Profile, vstar_dir=RUNS_DIR / "vstar", run
         raise ValueError(f"{run_dir} was trained under the {first['profile']!r} profile, not {profile.name!r}")
     ref_dir = Path(runs_dir) / first["ref"]
     profile = with_rendering(with_overrides(profile, (first.get("apo_overrides") or "").split()), ref_dir)
+    profile = with_reference_goals(profile, ref_dir)  # the stage-1 goals the run trained on
     ref_model, tokenizer = load_policy(ref_dir, device())
     trained = stage1(ref_model, tokenizer, profile, vstar_dir, progress=progress)
     if trained.key != first["vstar_key"]:

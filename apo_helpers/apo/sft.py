@@ -11,10 +11,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -177,6 +178,24 @@ def train_reference(profile: Profile, out_dir=None, demonstrations: int | None =
 def reference_dir(profile: Profile) -> Path:
     """Where notebook 02 saves pi_ref for the later notebooks: ``runs/pi_ref_<profile>``."""
     return RUNS_DIR / f"pi_ref_{profile.name}"
+
+
+def with_reference_goals(profile: Profile, directory) -> Profile:
+    """``profile`` with ``reference.demonstrations`` set to the number of train goals the pi_ref in ``directory``
+    drew its demonstrations from (``demo_goals`` in its ``metrics.json``), so that stage 1 skips exactly the goals
+    this pi_ref imitated (``vstar.stage1_goals``); unchanged for a folder that does not record it."""
+    path = Path(directory) / "metrics.json"
+    if not path.exists():
+        return profile
+    try:
+        goals = json.loads(path.read_text()).get("demo_goals")
+    except (json.JSONDecodeError, AttributeError) as e:
+        raise ValueError(f"{path} should hold pi_ref's metrics as a JSON object ({e})") from None
+    if goals is None:
+        return profile
+    if type(goals) is not int or goals < 0:
+        raise ValueError(f"{path}: demo_goals should be a count of train goals, got {goals!r}")
+    return replace(profile, reference=replace(profile.reference, demonstrations=goals))
 
 
 def load_or_train_reference(profile: Profile, progress: bool = True):
