@@ -220,6 +220,12 @@ class APOConfig:
     term). The greedy turns are otherwise left out of log pi, so nothing holds them to pi_ref while the updates of
     the sampled turns change the weights they share; without it a keep_varying run
     broke its search format after ~90 iterations (notebook 04 section 8). 0: no anchor."""
+    greedy_kl: float = 0.0
+    """With ``greedy_search`` or ``greedy_clicks``: weight of a penalty on the greedy turns, the exact
+    KL(pi || pi_ref) between the policy's and pi_ref's whole next-token distributions summed over the positions of
+    those turns' tokens, averaged over the batch's trajectories. ``greedy_anchor`` holds only the log-prob of the
+    reply that was typed, so its gradient pushes that reply down with nowhere named for the probability to go; the
+    full distribution's KL pulls every token's probability back toward pi_ref's, the argmax with it. 0: off."""
     explore: float = 0.0
     """Stage 1 and the rollouts answer each results- or item-page turn with a uniformly drawn click instead of the
     policy's sample with this probability (``Sampling.explore``; the reply carries the expert's think for that click).

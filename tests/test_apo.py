@@ -884,6 +884,27 @@ def test_greedy_anchor_backward_per_micro_batch_gives_the_same_gradients(ref_dir
         torch.testing.assert_close(lean[name], plain[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_greedy_kl_pulls_the_greedy_turns_distributions_back_to_pi_ref(ref_dir, demos):
+    table = VStarTable(vstar_table([d.goal for d in demos], [[0.5, 1.0]] * len(demos), P.apo.beta1), "demo-goals")
+    only_search = [dataclasses.replace(t, turns=t.turns[:1]) for t in _greedy_search_batch(demos)]
+    profile = dataclasses.replace(P, apo=dataclasses.replace(EXPLORING.apo, greedy_kl=1.0))
+    trainer = _drifted_trainer(ref_dir, table, profile)
+    _, loss, stats, grad_norm = trainer.update(only_search)  # no sampled turn: only the KL has a gradient
+    first = stats["greedy_kl"]
+    assert first > 0 and float(grad_norm) > 0 and loss.item() == pytest.approx(stats["apo_loss"] + first)
+    for _ in range(5):
+        last = trainer.update(only_search)[2]["greedy_kl"]
+    assert last < 0.7 * first
+    undrifted = Trainer(*load_models(ref_dir, "cpu"), table, profile, seed=3)  # the policy is pi_ref: no KL
+    assert undrifted.update(only_search)[2]["greedy_kl"] == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ValueError, match="greedy_kl holds the turns .* needs one of them"):
+        Trainer(trainer.model, trainer.ref_model, trainer.tokenizer, table,
+                dataclasses.replace(P, apo=dataclasses.replace(P.apo, greedy_kl=1.0)))
+    with pytest.raises(ValueError, match="greedy_kl must be 0"):
+        Trainer(trainer.model, trainer.ref_model, trainer.tokenizer, table,
+                dataclasses.replace(P, apo=dataclasses.replace(EXPLORING.apo, greedy_kl=-0.5)))
+
+
 CLICKING_GREEDILY = dataclasses.replace(P, apo=dataclasses.replace(P.apo, greedy_clicks=True))
 
 

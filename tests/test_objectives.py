@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from apo_helpers.apo.losses import (OBJECTIVES, ObjectiveInputs, advantage_weights, anchor_loss, apo_loss,
-                                    apo_objective, apo_split_loss, apo_split_objective, clipped_surrogate, entropy_bonus,
+                                    apo_objective, apo_split_loss, apo_split_objective, clipped_surrogate, distribution_kl,
+                                    entropy_bonus,
                                     filter_by_variance, gae, group_normalize, grpo_objective, kl_k3,
                                     kl_pg_objective, ppo_objective, starpo_s_objective, weighted_sft_objective)
 from apo_helpers.apo.value_head import ValueHead, turn_positions
@@ -142,6 +143,17 @@ def test_apo_objective_adds_the_weighted_anchor_of_the_greedy_turns():
     torch.testing.assert_close(anchor.grad, torch.full((3,), 2 * 2.0 * 0.1 * 0.05 / 2))
     unweighted, stats = apo_objective(inputs, _config(beta2=0.1, entropy_coef=0.0, greedy_anchor=0.0))
     assert unweighted.item() == pytest.approx(plain.item()) and "anchor_loss" not in stats
+
+
+def test_distribution_kl_hand_computed():
+    # pi = (0.5, 0.5), pi_ref = (0.25, 0.75): KL = 0.5 log 2 + 0.5 log(2/3); identical distributions: 0
+    pi, ref = torch.tensor([[0.5, 0.5], [0.1, 0.9]]).log(), torch.tensor([[0.25, 0.75], [0.1, 0.9]]).log()
+    kl = distribution_kl(pi, ref)
+    assert kl[0].item() == pytest.approx(0.5 * math.log(2) + 0.5 * math.log(2 / 3))
+    assert kl[1].item() == pytest.approx(0.0, abs=1e-7)
+    logits = torch.tensor([0.3, -0.2, 1.0], requires_grad=True)  # its gradient moves every token, not one
+    distribution_kl(torch.log_softmax(logits, -1)[None], torch.log(torch.tensor([[0.2, 0.3, 0.5]])))[0].backward()
+    assert (logits.grad != 0).all() and logits.grad.sum().item() == pytest.approx(0.0, abs=1e-6)
 
 
 def test_apo_split_without_a_split_is_apo():

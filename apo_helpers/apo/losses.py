@@ -111,6 +111,13 @@ def anchor_loss(logp_greedy: torch.Tensor, logp_ref_greedy: torch.Tensor, beta2:
     return apo_loss(logp_greedy, logp_ref_greedy, zeros, zeros, beta2)
 
 
+def distribution_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
+    """(K,) KL(pi || pi_ref) = sum_v pi(v) [log pi(v) - log pi_ref(v)] at each of K positions, from ``(K, V)``
+    log-distributions over the vocabulary (``APOConfig.greedy_kl``). Exact, not a one-sample estimate: its gradient
+    moves probability between every token, not only the one that was typed."""
+    return (logp.exp() * (logp - logp_ref)).sum(-1)
+
+
 def apo_split_loss(logp_before: torch.Tensor, logp_ref_before: torch.Tensor, logp_after: torch.Tensor,
                    logp_ref_after: torch.Tensor, reward: torch.Tensor, reward_before: torch.Tensor,
                    vstar: torch.Tensor, split_value: torch.Tensor, beta2: float) -> torch.Tensor:

@@ -46,8 +46,8 @@ from ..config import Profile, device as default_device, seed_everything
 from ..files import atomic_write_text
 from ..policy.prompts import encode_chat, episode_chats
 from ..policy.rollout import Trajectory, rollout
-from ..policy.scoring import collate, selected_logprobs_and_hidden
-from .losses import OBJECTIVES, ObjectiveInputs, kl_estimate
+from ..policy.scoring import collate, selected_log_distributions, selected_logprobs_and_hidden
+from .losses import OBJECTIVES, ObjectiveInputs, distribution_kl, kl_estimate
 from .sft import lr_at
 from .turn_credit import SplitValues, require_turn_chats, split_values
 from .value_head import ValueHead, turn_positions
@@ -181,8 +181,9 @@ def anchored(config) -> bool:
 
 
 def anchor_sequences(trajectories: list[Trajectory], tokenizer, profile: Profile):
-    """The chats of the greedy turns (``trained_sequences`` with ``greedy_only``), or None when not anchored."""
-    if not anchored(profile.apo):
+    """The chats of the greedy turns (``trained_sequences`` with ``greedy_only``), or None when neither
+    ``greedy_anchor`` nor ``greedy_kl`` reads them."""
+    if not (anchored(profile.apo) or (greedy_pages(profile.apo) and profile.apo.greedy_kl > 0)):
         return None
     return trained_sequences(trajectories, tokenizer, profile.policy.window, profile.apo.logprob_tokens,
                              greedy_only=True)
@@ -260,6 +261,29 @@ def _split_inputs(split: SplitValues, trajectories: list[Trajectory], owner: lis
     return dict(token_after_split=(torch.tensor(chat_turn, device=dev) >= first_after)[token_chat],
                 split_value=torch.tensor(split.value, device=dev, dtype=torch.float32),
                 reward_before_split=torch.tensor(split.reward_before, device=dev, dtype=torch.float32))
+
+
+def greedy_turn_kl(model, ref_model, greedy_chats, pad_id: int, micro_batch: int,
+                   backward: Callable | None = None) -> float:
+    """Sum over the greedy turns' token positions of KL(pi || pi_ref) between the whole next-token distributions
+    (``APOConfig.greedy_kl``), one micro-batch at a time; ``backward``, when given, is called on each micro-batch's
+    (differentiable) sum, so memory holds one micro-batch's graph."""
+    sequences, masks, _ = greedy_chats
+    dev = next(model.parameters()).device
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+    total = 0.0
+    for start in range(0, len(order), micro_batch):
+        chunk = order[start: start + micro_batch]
+        ids, attn, mask = collate([sequences[i] for i in chunk], [masks[i] for i in chunk], pad_id, dev)
+        with _autocast(dev):
+            logp, _ = selected_log_distributions(model, ids, attn, mask)
+            with torch.no_grad():
+                logp_ref, _ = selected_log_distributions(ref_model, ids, attn, mask)
+        kl = distribution_kl(logp.float(), logp_ref.float()).sum()
+        if backward is not None and kl.requires_grad:
+            backward(kl)
+        total += kl.item()
+    return total
 
 
 def _anchor_inputs(model, ref_model, anchor_chats, pad_id: int, micro_batch: int,
@@ -354,6 +378,11 @@ class Trainer:
                                  f"use another objective or {mode}=false")
         if self.config.greedy_anchor < 0:
             raise ValueError(f"greedy_anchor must be 0 (off) or positive, got {self.config.greedy_anchor}")
+        if self.config.greedy_kl < 0:
+            raise ValueError(f"greedy_kl must be 0 (off) or positive, got {self.config.greedy_kl}")
+        if self.config.greedy_kl > 0 and not greedy_pages(self.config):
+            raise ValueError("greedy_kl holds the turns that greedy_search or greedy_clicks answers greedily to pi_ref: "
+                             "it needs one of them (both are false)")
         if self.config.greedy_anchor > 0 and (not greedy_pages(self.config) or objective != "apo"):
             raise ValueError("greedy_anchor is a term of A*PO's regression on the turns greedy_search or greedy_clicks "
                              f"answers greedily: it needs one of them and the apo objective (got greedy_search="
@@ -431,11 +460,21 @@ class Trainer:
             loss, stats = self.objective(inputs, config)
             if loss.requires_grad:  # not when the batch has no trained token: nothing to learn from it
                 self.accelerator.backward(loss)
+        if config.greedy_kl > 0 and anchor_chats is not None:  # its gradient adds to the objective's
+            loss, stats = self._greedy_kl_backward(loss, stats, len(trajectories), anchor_chats)
         parameters = [p for g in self.optimizer.param_groups for p in g["params"]]
         self._average_gradients(parameters)
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip)
         self.optimizer.step()
         return self._mean_over_processes(loss.detach()), stats, grad_norm
+
+    def _greedy_kl_backward(self, loss, stats, batch: int, greedy_chats):
+        """Backpropagate ``greedy_kl`` times the greedy turns' KL to pi_ref per trajectory, one micro-batch at a
+        time; returns the loss with the term added and the stats with ``greedy_kl`` (the KL per trajectory)."""
+        scale = self.config.greedy_kl / batch
+        total = greedy_turn_kl(self.model, self.ref_model, greedy_chats, self.tokenizer.pad_token_id,
+                               self.config.micro_batch, lambda kl: self.accelerator.backward(scale * kl))
+        return loss.detach() + scale * total, {**stats, "greedy_kl": total / batch}
 
     def _backward_by_micro_batch(self, trajectories, chats, anchor_chats, grad_logp, grad_entropy, grad_values,
                                  grad_anchor) -> None:

@@ -60,6 +60,15 @@ def selected_logprobs_and_hidden(model, input_ids, attention_mask, loss_mask, wi
     return logp, rows, entropy, hidden_all
 
 
+def selected_log_distributions(model, input_ids, attention_mask, loss_mask):
+    """``(K, V)`` log-softmax over the whole vocabulary at the K positions where ``loss_mask[:, 1:]`` is 1 (the
+    distributions the masked tokens were drawn from), and the batch row of each (``APOConfig.greedy_kl``)."""
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
+    rows, cols = loss_mask[:, 1:].nonzero(as_tuple=True)
+    logits = model.get_output_embeddings()(hidden[rows, cols]).float()
+    return torch.log_softmax(logits, dim=-1), rows
+
+
 def sequence_logprob_sums(model, input_ids, attention_mask, loss_mask) -> torch.Tensor:
     """Per sequence, the sum of the log-probs of its masked tokens (differentiable)."""
     logp, rows, _ = selected_logprobs(model, input_ids, attention_mask, loss_mask)
