@@ -117,6 +117,9 @@ sloppy_runs = [(sloppy_path, "apo", ""),  # notebook 04 section 6's recipes: the
                 ", greedy search anchored, goals of 1,024 whose rewards vary, beta2 0.03, 120 iterations"),
                (RESULTS_DIR / "apo_sloppy_gsva10_1024_b03_it120_class_seeds.csv", "apo",
                 ", greedy search anchored (weight 10), goals of 1,024 whose rewards vary, beta2 0.03, 120 iterations"),
+               (RESULTS_DIR / "apo_sloppy_gsvk1024_b03_it120_class_seeds.csv", "apo",
+                ", greedy search held by its distributions' KL (weight 0.01), goals of 1,024 whose rewards vary, "
+                "beta2 0.03, 120 iterations"),
                (RESULTS_DIR / "apo_sloppy_gsve3_1024_b03_class_seeds.csv", "apo",
                 ", greedy search, goals of 1,024 whose rewards vary, beta2 0.03, 3 steps per batch"),
                (RESULTS_DIR / "apo_sloppy_gsv1024_b03_bg64_class_seeds.csv", "apo",
@@ -142,11 +145,16 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
     "apo_forget_gsv1024_b03": ("options checked, not selected", "demonstrations that choose the item as the expert "
                                "does but, half the time, select no option"),
     "apo_rerun_gsv1024_b03": ("full expert, retrained", "the full expert's demonstrations, the same command as pi_ref's "
-                              "retrained on another machine (other weights, another test score)")}
+                              "retrained on another machine (other weights, another test score)"),
+    "apo_sloppy1200_gsv600_b03": ("options ignored, 1,200 demonstrations", "twice as many demonstrations that ignore "
+                                  "the options half the time (stage 1 on the 600 train goals they leave)"),
+    "apo_full1200_gsv600_b03": ("full expert, 1,200 demonstrations", "the full expert's demonstrations on 1,200 goals "
+                                "(stage 1 on the 600 train goals they leave)")}
 SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's label, the recipe's change)
     "apo_rerun_gsv1024_b01": ("full expert, retrained", "beta2 0.01"),
     "apo_rerun_gsv1024_b01_it120": ("full expert, retrained", "beta2 0.01, 120 iterations"),
-    "apo_rerun_gsv1024_b01_h200": ("full expert, retrained", "beta2 0.01, trained on a GPU")}
+    "apo_rerun_gsv1024_b01_h200": ("full expert, retrained", "beta2 0.01, trained on a GPU"),
+    "apo_sloppy1200_gsv600_b03_it120": ("options ignored, 1,200 demonstrations", "120 iterations")}
 own_ref_tables = {}
 for name, (what, imitated) in OWN_REF_RUNS.items():
     path = RESULTS_DIR / f"{name}_class_seeds.csv"
