@@ -104,6 +104,15 @@ class TurnValues:
     """(N,) the global turn index of each scored token, in ``score_tokens``' order."""
 
 
+def _micro_batches(sequences, masks, pad_id: int, micro_batch: int, dev):
+    """Chats sorted by length (less padding), ``micro_batch`` at a time, always in the same order: yields each
+    chunk's indices into ``sequences`` and its collated ``(input_ids, attention_mask, loss_mask)``."""
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+    for start in range(0, len(order), micro_batch):
+        chunk = order[start: start + micro_batch]
+        yield (chunk, *collate([sequences[i] for i in chunk], [masks[i] for i in chunk], pad_id, dev))
+
+
 def score_chunks(model, sequences, masks, owner, pad_id: int, micro_batch: int, with_entropy: bool = False,
                  value_head=None, first_turns: list[int] | None = None, total_turns: int = 0):
     """``score_tokens`` one micro-batch at a time: yields ``(logp, trajectory of each token, entropy or None,
@@ -111,10 +120,7 @@ def score_chunks(model, sequences, masks, owner, pad_id: int, micro_batch: int, 
     critic, ``values`` is a (total_turns,) tensor holding the values of the turns this micro-batch answers (zero
     elsewhere) and the last item the global turn of each scored token (else empty)."""
     dev = next(model.parameters()).device
-    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
-    for start in range(0, len(order), micro_batch):
-        chunk = order[start: start + micro_batch]
-        ids, attn, mask = collate([sequences[i] for i in chunk], [masks[i] for i in chunk], pad_id, dev)
+    for chunk, ids, attn, mask in _micro_batches(sequences, masks, pad_id, micro_batch, dev):
         with _autocast(dev):
             logp, chat_rows, entropy, hidden = selected_logprobs_and_hidden(model, ids, attn, mask, with_entropy)
         rows = torch.tensor([owner[i] for i in chunk], device=dev)[chat_rows]
@@ -270,11 +276,8 @@ def greedy_turn_kl(model, ref_model, greedy_chats, pad_id: int, micro_batch: int
     (differentiable) sum, so memory holds one micro-batch's graph."""
     sequences, masks, _ = greedy_chats
     dev = next(model.parameters()).device
-    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
     total = 0.0
-    for start in range(0, len(order), micro_batch):
-        chunk = order[start: start + micro_batch]
-        ids, attn, mask = collate([sequences[i] for i in chunk], [masks[i] for i in chunk], pad_id, dev)
+    for _, ids, attn, mask in _micro_batches(sequences, masks, pad_id, micro_batch, dev):
         with _autocast(dev):
             logp, _ = selected_log_distributions(model, ids, attn, mask)
             with torch.no_grad():

@@ -48,13 +48,18 @@ def selected_logprobs(model, input_ids, attention_mask, loss_mask, with_entropy:
     return selected_logprobs_and_hidden(model, input_ids, attention_mask, loss_mask, with_entropy)[:3]
 
 
+def _selected_log_softmax(model, input_ids, attention_mask, loss_mask):
+    """One forward pass: ``(K, V)`` log-softmax at the K positions where ``loss_mask[:, 1:]`` is 1, their rows and
+    columns, and the last hidden states ``(B, T, H)``. Only those positions are projected onto the vocabulary."""
+    hidden_all = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    rows, cols = loss_mask[:, 1:].nonzero(as_tuple=True)
+    logits = model.get_output_embeddings()(hidden_all[:, :-1][rows, cols]).float()
+    return torch.log_softmax(logits, dim=-1), rows, cols, hidden_all
+
+
 def selected_logprobs_and_hidden(model, input_ids, attention_mask, loss_mask, with_entropy: bool = False):
     """``selected_logprobs`` plus the last hidden states ``(B, T, H)`` of the same forward pass (for a critic)."""
-    hidden_all = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    hidden = hidden_all[:, :-1]
-    rows, cols = loss_mask[:, 1:].nonzero(as_tuple=True)
-    logits = model.get_output_embeddings()(hidden[rows, cols]).float()
-    logp_all = torch.log_softmax(logits, dim=-1)
+    logp_all, rows, cols, hidden_all = _selected_log_softmax(model, input_ids, attention_mask, loss_mask)
     logp = logp_all.gather(-1, input_ids[rows, cols + 1].unsqueeze(-1)).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
     return logp, rows, entropy, hidden_all
@@ -63,10 +68,8 @@ def selected_logprobs_and_hidden(model, input_ids, attention_mask, loss_mask, wi
 def selected_log_distributions(model, input_ids, attention_mask, loss_mask):
     """``(K, V)`` log-softmax over the whole vocabulary at the K positions where ``loss_mask[:, 1:]`` is 1 (the
     distributions the masked tokens were drawn from), and the batch row of each (``APOConfig.greedy_kl``)."""
-    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
-    rows, cols = loss_mask[:, 1:].nonzero(as_tuple=True)
-    logits = model.get_output_embeddings()(hidden[rows, cols]).float()
-    return torch.log_softmax(logits, dim=-1), rows
+    logp_all, rows, _, _ = _selected_log_softmax(model, input_ids, attention_mask, loss_mask)
+    return logp_all, rows
 
 
 def sequence_logprob_sums(model, input_ids, attention_mask, loss_mask) -> torch.Tensor:
