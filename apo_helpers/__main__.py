@@ -334,7 +334,7 @@ def cmd_train(args) -> int:
 
     from .analysis.evaluate import greedy_evaluation
     from .policy.models import load_policy, with_rendering
-    from .runs import train_run
+    from .runs import finished_metrics, train_run
 
     profile = with_overrides(get_profile(args.profile), args.set)
     ref = _reference_arg(args, profile)
@@ -342,8 +342,11 @@ def cmd_train(args) -> int:
     out = Path(args.out or f"runs/{args.objective}_{profile.name}")
     rows = []
     for seed in args.seeds:
-        metrics = train_run(profile, ref, args.vstar, out / f"seed_{seed}", seed, args.objective, args.iterations,
-                            resume=args.resume, progress=not args.json)
+        if args.gather:
+            metrics = finished_metrics(out / f"seed_{seed}")
+        else:
+            metrics = train_run(profile, ref, args.vstar, out / f"seed_{seed}", seed, args.objective, args.iterations,
+                                resume=args.resume, progress=not args.json)
         rows.append(metrics)
         if _main_process():
             print(json.dumps(metrics), flush=True)
@@ -629,6 +632,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="the saved tables' name (default: the objective), e.g. apo_sloppy "
                    "for runs from another pi_ref, so that they sit beside the default runs' tables")
     p.add_argument("--skip-ref", action="store_true", help="do not evaluate pi_ref on test (the comparison does once)")
+    p.add_argument("--gather", action="store_true", help="train nothing: read each seed's finished folder (its "
+                   "metrics.json, history.csv and evals.csv) and write the tables, e.g. for seeds that ran side by "
+                   "side or on another machine")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train)
 

@@ -34,6 +34,19 @@ def _ref_record(ref_dir) -> dict:
             "ref_demonstrations": metrics.get("demonstrations")}
 
 
+def finished_metrics(out_dir) -> dict:
+    """The metrics a finished ``train_run`` wrote to ``out_dir/metrics.json``, less the numerics (the seeds' table
+    keeps scalars); a clear error where the seed has not finished (``train --gather``)."""
+    path = Path(out_dir) / "metrics.json"
+    missing = [name for name in ("metrics.json", "history.csv", "evals.csv") if not (Path(out_dir) / name).exists()]
+    if missing:
+        raise ValueError(f"{out_dir} lacks {', '.join(missing)}: that seed has not finished; finish it "
+                                f"(train --resume) or leave it out of --seeds")
+    metrics = json.loads(path.read_text())
+    metrics.pop("numerics", None)
+    return metrics
+
+
 def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, objective: str = "apo",
               iterations: int | None = None, resume: bool = False, progress: bool = True) -> dict:
     """One seed, headless: stage 1 (cached), the loop (resumable), the final policy and its greedy test result.

@@ -564,6 +564,17 @@ def test_cli_train_saves_under_a_name_of_its_own(ref_dir, tmp_path, monkeypatch,
     assert saved == ["apo_sloppy_ci_evals.csv", "apo_sloppy_ci_history.csv", "apo_sloppy_ci_seeds.csv"]
     evals = pd.read_csv(tmp_path / "results" / "apo_sloppy_ci_evals.csv")
     assert {"option_clicked", "options_right", "success_with_options", "success_without_options"} <= set(evals)
+    # --gather writes the same tables from the finished seed's files, training nothing
+    monkeypatch.setattr("apo_helpers.runs.train_run", lambda *a, **k: pytest.fail("gather trained"))
+    assert main(["train", "--profile", "ci", "--ref", str(ref_dir), "--out", str(tmp_path / "run"), "--seeds", "0",
+                 "--skip-ref", "--save", "--name", "gathered", "--gather", "--json"]) == 0
+    for part in ("seeds", "history", "evals"):
+        pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "results" / f"gathered_ci_{part}.csv"),
+                                      pd.read_csv(tmp_path / "results" / f"apo_sloppy_ci_{part}.csv"))
+    capsys.readouterr()
+    assert main(["train", "--profile", "ci", "--ref", str(ref_dir), "--out", str(tmp_path / "run"), "--seeds", "0",
+                 "1", "--skip-ref", "--gather", "--json"]) == 2
+    assert "seed_1 lacks metrics.json, history.csv, evals.csv" in capsys.readouterr().err
 
 
 def test_cli_train_without_reference_says_how_to_get_one(tmp_path, capsys):

@@ -7,12 +7,12 @@ import pandas as pd
 from apo_helpers.analysis.readme import bench_train_table, render_readme, trained_table
 
 
-def _seeds(path, objective, successes, ref_success=0.385, **extra):
+def _seeds(path, objective, successes, ref_success=0.385, ref_score=0.736, **extra):
     rows = [{"objective": objective, "seed": s, "profile": "class", "iterations": 120, "test_success": v,
              "test_score": 0.8, "test_steps": 4.0, "test_invalid_rate": 0.05, "train_seconds": 600.0, **extra}
             for s, v in enumerate(successes)]
     rows.append({"objective": "pi_ref", "seed": None, "profile": "class", "iterations": 0,
-                 "test_success": ref_success, "test_score": 0.736, "test_steps": 4.1, "test_invalid_rate": 0.085})
+                 "test_success": ref_success, "test_score": ref_score, "test_steps": 4.1, "test_invalid_rate": 0.085})
     pd.DataFrame(rows).to_csv(path, index=False)
 
 
@@ -84,6 +84,13 @@ def test_trained_table_groups_tables_of_one_pi_ref_folder(tmp_path):
     # ... and its label names its folder, so the two start rows are told apart (the first keeps its label)
     assert [line.split(" | ")[1] for line in lines if "pi_ref (start)" in line] == [
         "options ignored in 50%; 595 demonstrations", "options ignored in 50%; 595 demonstrations; `pi_ref_other`"]
+    # the first folder retrained in place (other weights, another pi_ref score): a third group, labelled so
+    _seeds(tmp_path / "apo_sloppy_rerun_class_seeds.csv", "apo", [0.29], ref_success=0.27, ref_score=0.683,
+           demo_skip_options=0.5, ref="pi_ref_sloppy", ref_demonstrations=595)
+    starts = [line.split(" | ")[1:4] for line in trained_table(tmp_path).splitlines() if "pi_ref (start)" in line]
+    assert starts == [["options ignored in 50%; 595 demonstrations", "-", "27.5%"],
+                      ["options ignored in 50%; 595 demonstrations; retrained in place", "-", "27.0%"],
+                      ["options ignored in 50%; 595 demonstrations; `pi_ref_other`", "-", "26.0%"]]
 
 
 def test_bench_train_table_and_sections_are_filled(tmp_path):

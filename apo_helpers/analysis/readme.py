@@ -133,13 +133,18 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
         if len(count):  # another pi_ref: fewer (or more) demonstrations; tables written before do not record it
             demos += f"; {int(count.iloc[0])} demonstrations"
         refs = df["ref"].dropna() if "ref" in df else pd.Series(dtype=str)
-        key = refs.iloc[0] if len(refs) else demos  # one pi_ref folder, one group, though older tables say less
+        folder = refs.iloc[0] if len(refs) else demos  # one pi_ref folder, one group, though older tables say less
+        # a folder retrained in place holds other weights: its pi_ref row's test score tells the two apart
+        start = df.loc[df["objective"] == "pi_ref", "test_score"]
+        key = (folder, f"{start.iloc[0]:.6f}" if len(start) else "")
         groups.setdefault(key, []).append(df)
         labels[key] = max(labels.get(key, ""), demos, key=len)
     seen: set[str] = set()
-    for key in groups:  # two pi_ref folders that the columns describe alike (one retrained elsewhere): name the later
-        if labels[key] in seen and key != labels[key]:
-            labels[key] += f"; `{key}`"
+    for key in groups:  # two pi_refs that the columns describe alike (one retrained elsewhere): name the later
+        folder = key[0]
+        if labels[key] in seen and folder != labels[key]:
+            same_folder = any(other[0] == folder for other in groups if other != key)
+            labels[key] += "; retrained in place" if same_folder else f"; `{folder}`"
         seen.add(labels[key])
     rows = []
     for key, frames in groups.items():
