@@ -37,12 +37,12 @@ def _ref_record(ref_dir) -> dict:
 def finished_metrics(out_dir) -> dict:
     """The metrics a finished ``train_run`` wrote to ``out_dir/metrics.json``, less the numerics (the seeds' table
     keeps scalars); a clear error where the seed has not finished (``train --gather``)."""
-    path = Path(out_dir) / "metrics.json"
-    missing = [name for name in ("metrics.json", "history.csv", "evals.csv") if not (Path(out_dir) / name).exists()]
+    out_dir = Path(out_dir)
+    missing = [name for name in ("metrics.json", "history.csv", "evals.csv") if not (out_dir / name).exists()]
     if missing:
         raise ValueError(f"{out_dir} lacks {', '.join(missing)}: that seed has not finished; finish it "
-                                f"(train --resume) or leave it out of --seeds")
-    metrics = json.loads(path.read_text())
+                         f"(train --resume) or leave it out of --seeds")
+    metrics = json.loads((out_dir / "metrics.json").read_text())
     metrics.pop("numerics", None)
     return metrics
 
