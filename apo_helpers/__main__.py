@@ -104,14 +104,17 @@ def cmd_train_ref(args) -> int:
         default_out = default_out.with_name(f"{default_out.name}_selected")
     if args.demonstrations is not None and args.demonstrations != profile.reference.demonstrations:
         default_out = default_out.with_name(f"{default_out.name}_demos_{args.demonstrations}")  # another pi_ref
+    if args.seed is not None:  # the same demonstrations, other initial weights and batch order: another pi_ref
+        default_out = default_out.with_name(f"{default_out.name}_seed_{args.seed}")
     args.out = args.out or default_out
     ref = train_reference(profile, args.out, args.demonstrations, args.pretrain_steps, args.sft_steps,
-                          progress=not args.json)
+                          progress=not args.json, init_seed=args.seed)
     cfg = profile.reference
     metrics = {"profile": profile.name, "demonstrations": len(ref.demonstrations),
                "demo_goals": profile.reference.demonstrations if args.demonstrations is None else args.demonstrations,
                "demo_skip_options": cfg.demo_skip_options, "demo_forget_options": cfg.demo_forget_options,
                "show_selected_options": profile.policy.show_selected_options,
+               "init_seed": profile.seed if args.seed is None else args.seed,
                "train_seconds": round(ref.seconds, 1), "final_loss": round(float(ref.history["loss"].iloc[-1]), 4)}
     for split in ("val", "test"):
         seed_everything(profile.seed)
@@ -535,6 +538,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a sloppy demonstrator of another kind: the share of demonstrations that choose an item "
                         "offering the options but buy without selecting them (default 0); saved to "
                         "runs/pi_ref_<profile>_forget_options_<share> unless --out is given")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the initial weights and the imitation's batch order only (the demonstrations stay "
+                        "the profile's): another pi_ref from the same data, saved to runs/pi_ref_<profile>[...]"
+                        "_seed_<seed> unless --out is given (default: the profile's seed)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train_ref)
 

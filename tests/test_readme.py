@@ -93,6 +93,34 @@ def test_trained_table_groups_tables_of_one_pi_ref_folder(tmp_path):
                       ["options ignored in 50%; 595 demonstrations; `pi_ref_other`", "-", "26.0%"]]
 
 
+def test_ref_spread_table_sets_the_gain_per_pi_ref_beside_the_seeds_spread(tmp_path):
+    from apo_helpers.analysis.readme import ref_spread_table
+
+    recipe = dict(demo_skip_options=0.5, ref_demonstrations=595, apo_overrides="beta2=0.03")
+    _seeds(tmp_path / "apo_a_class_seeds.csv", "apo", [0.34, 0.36], ref_success=0.275, ref="pi_ref_sloppy", **recipe)
+    assert ref_spread_table(tmp_path) is None  # one pi_ref: no spread over pi_refs to report
+    # the same recipe from the folder retrained in place and from a pi_ref of another seed
+    _seeds(tmp_path / "apo_b_class_seeds.csv", "apo", [0.28, 0.30], ref_success=0.27, ref_score=0.683,
+           ref="pi_ref_sloppy", **recipe)
+    _seeds(tmp_path / "apo_c_class_seeds.csv", "apo", [0.33], ref_success=0.30, ref_score=0.70,
+           ref="pi_ref_sloppy_seed_1", **recipe)
+    # not the same recipe: other --set changes, other iterations, another demonstrator
+    _seeds(tmp_path / "apo_d_class_seeds.csv", "apo", [0.50], ref_success=0.27, ref_score=0.683, ref="pi_ref_sloppy",
+           **dict(recipe, apo_overrides="beta2=0.01"))
+    _seeds(tmp_path / "apo_e_class_seeds.csv", "apo", [0.50], ref_success=0.30, ref_score=0.70,
+           ref="pi_ref_sloppy_seed_1", iterations=60, **recipe)
+    _seeds(tmp_path / "apo_f_class_seeds.csv", "apo", [0.50], ref_success=0.385, ref="pi_ref_full",
+           **dict(recipe, demo_skip_options=0.0))
+    lines = ref_spread_table(tmp_path).splitlines()
+    assert len(lines) == 3  # one recipe ran from several pi_refs
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert cells[:6] == ["options ignored in 50%; 595 demonstrations", "apo", "`beta2=0.03`", "120", "3", "2, 2, 1"]
+    assert cells[6:9] == ["27.5%, 27.0%, 30.0%", "35.0%, 29.0%, 33.0%", "+7.5, +2.0, +3.0"]
+    assert cells[9] == "+4.2 ± 2.4"  # gains 7.5, 2.0, 3.0: mean 4.17, population std 2.39
+    assert cells[10] == "0.7"        # the seeds' spreads 1.0, 1.0 and 0.0
+    assert cells[11] == "apo_a, apo_b, apo_c"
+
+
 def test_bench_train_table_and_sections_are_filled(tmp_path):
     (tmp_path / "bench_train.json").write_text(json.dumps({
         "batch_goals": 32, "device": "cpu", "torch_threads": 2, "seconds_median": 5.5, "rollout_seconds_median": 2.0,

@@ -98,17 +98,19 @@ def test_cli_train_ref_skip_options_reaches_the_demonstrations(tmp_path, monkeyp
     from apo_helpers import __main__ as cli
     from apo_helpers.apo import sft
 
-    seen, forgotten = [], []
+    seen, forgotten, seeds = [], [], []
 
     def stop(profile, out_dir, *args, **kwargs):
         seen.append((profile.reference.demo_skip_options, profile.policy.show_selected_options, str(out_dir)))
         forgotten.append(profile.reference.demo_forget_options)
+        seeds.append(kwargs.get("init_seed"))
         raise KeyboardInterrupt  # the demonstrations' setting, the rendering and the folder are all this test needs
 
     monkeypatch.setattr(sft, "train_reference", stop)
     for argv in (["--skip-options", "0.5", "--out", str(tmp_path)], [], ["--skip-options", "0.25"],
                  ["--skip-options", "0.5", "--show-selected-options"], ["--demonstrations", "40"],
-                ["--demonstrations", str(P.reference.demonstrations)], ["--forget-options", "0.5"]):
+                ["--demonstrations", str(P.reference.demonstrations)], ["--forget-options", "0.5"],
+                ["--skip-options", "0.5", "--seed", "2"]):
         with pytest.raises(KeyboardInterrupt):
             cli.main(["train-ref", "--profile", "ci", *argv])
     default = str(sft.reference_dir(P))
@@ -116,8 +118,10 @@ def test_cli_train_ref_skip_options_reaches_the_demonstrations(tmp_path, monkeyp
                     (0.25, False, default + "_skip_options_0.25"), (0.5, True, default + "_skip_options_0.5_selected"),
                     (P.reference.demo_skip_options, False, default + "_demos_40"),
                     (P.reference.demo_skip_options, False, default),  # the profile's count: the profile's pi_ref
-                    (P.reference.demo_skip_options, False, default + "_forget_options_0.5")]
-    assert forgotten == [P.reference.demo_forget_options] * 6 + [0.5]
+                    (P.reference.demo_skip_options, False, default + "_forget_options_0.5"),
+                    (0.5, False, default + "_skip_options_0.5_seed_2")]  # the same data, another pi_ref
+    assert forgotten == [P.reference.demo_forget_options] * 6 + [0.5, P.reference.demo_forget_options]
+    assert seeds == [None] * 7 + [2]
 
 
 # ---------------------------------------------------------------------------------------------- schedule
@@ -186,6 +190,19 @@ def test_train_reference_folder_reloads(reference):
     copy = dataclasses.replace(demo, input_ids=[], assistant_mask=[])
     tokenize_demonstrations([copy], tokenizer, P.policy.window)
     assert copy.input_ids == demo.input_ids and copy.assistant_mask == demo.assistant_mask
+
+
+def test_train_reference_init_seed_changes_the_weights_not_the_demonstrations(tmp_path):
+    """``init_seed`` draws other initial weights and batch order from the same demonstrations; None and the
+    profile's own seed keep the profile's pi_ref."""
+    def train(init_seed):
+        return train_reference(P, demonstrations=6, pretrain_steps=1, sft_steps=1, progress=False, init_seed=init_seed)
+
+    default, again, other = train(None), train(None), train(P.seed + 1)
+    assert [d.turns for d in other.demonstrations] == [d.turns for d in default.demonstrations]
+    weights = [dict(r.model.named_parameters()) for r in (default, again, other)]
+    assert all(torch.equal(weights[0][n], weights[1][n]) for n in weights[0])           # reproducible
+    assert not all(torch.equal(weights[0][n], weights[2][n]) for n in weights[0])       # another pi_ref
 
 
 # ---------------------------------------------------------------------------------------------- evaluation

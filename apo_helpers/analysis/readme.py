@@ -106,19 +106,16 @@ def _minutes(runs: pd.DataFrame) -> str:
     return f"{minutes} ({', '.join(gpu)})" if gpu else minutes
 
 
-def trained_table(results: Path = RESULTS_DIR) -> str | None:
-    """Per pi_ref (the ``*_class_seeds.csv`` files grouped by their pi_ref folder, ``ref``, or where a table does not
-    record it by their demonstrations and item pages): pi_ref's row once, then one row per trained objective of any
-    of its files (mean and spread over seeds); the demonstrations column tells the pi_refs apart (what the
-    demonstrator did, the item pages, how many it imitated where recorded), the table column the runs of one
-    objective (``train --name``), the last column the ``--set`` changes they ran with."""
-    paths = sorted(results.glob("*_class_seeds.csv"))
-    if not paths:
-        return None
-    groups: dict[str, list[pd.DataFrame]] = {}
-    labels: dict[str, str] = {}  # per group, the fullest description any of its tables gives
+def _pi_ref_groups(results: Path) -> tuple[dict, dict, dict]:
+    """The ``*_class_seeds.csv`` tables grouped by pi_ref: ``groups`` maps a pi_ref's key (its folder, ``ref``, or
+    where a table does not record it its demonstrations and item pages; and its pi_ref row's test score, which tells
+    a folder retrained in place from the first) to its tables; ``labels`` maps it to the fullest description any of
+    its tables gives (the demonstrator, the item pages, the count), unique among the pi_refs; ``stems`` maps a table
+    (by ``id``) to its name, ``data/results/<name>_class_seeds.csv``."""
+    groups: dict[tuple, list[pd.DataFrame]] = {}
+    labels: dict[tuple, str] = {}
     stems = {}  # which data/results/<table>_class_seeds.csv a row comes from: runs of one objective differ by it
-    for path in paths:
+    for path in sorted(results.glob("*_class_seeds.csv")):
         df = pd.read_csv(path)
         stems[id(df)] = path.name.removesuffix("_class_seeds.csv")
         share = df["demo_skip_options"].dropna() if "demo_skip_options" in df else pd.Series(dtype=float)
@@ -146,6 +143,17 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
             same_folder = any(other[0] == folder for other in groups if other != key)
             labels[key] += "; retrained in place" if same_folder else f"; `{folder}`"
         seen.add(labels[key])
+    return groups, labels, stems
+
+
+def trained_table(results: Path = RESULTS_DIR) -> str | None:
+    """Per pi_ref (``_pi_ref_groups``): pi_ref's row once, then one row per trained objective of any of its files
+    (mean and spread over seeds); the demonstrations column tells the pi_refs apart (what the demonstrator did, the
+    item pages, how many it imitated where recorded), the table column the runs of one objective (``train
+    --name``), the last column the ``--set`` changes they ran with."""
+    groups, labels, stems = _pi_ref_groups(results)
+    if not groups:
+        return None
     rows = []
     for key, frames in groups.items():
         demos = labels[key]
@@ -166,6 +174,61 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
                              "training minutes per seed": _minutes(runs),
                              "table": stems[id(df)], "APOConfig changes": _recipe(runs)})
     return _markdown(pd.DataFrame(rows))
+
+
+def ref_spread(results: Path = RESULTS_DIR) -> pd.DataFrame:
+    """One recipe's gain over pi_ref from several pi_refs trained alike (the same demonstrations description; other
+    weights: retrained in place or with ``train-ref --seed``): the runs of one objective with the same ``--set``
+    changes and iterations, from two pi_refs or more. One row per such recipe: per pi_ref (lists, in the tables'
+    order) its test success, its seeds' mean, their count and the gain; the gains' mean and spread over pi_refs
+    (population std) beside the mean spread over seeds. A gain is the method's only where it outlasts a retrained
+    pi_ref (notebook 07 section 2)."""
+    groups, labels, stems = _pi_ref_groups(results)
+    recipes: dict[tuple, dict[tuple, list]] = {}
+    for key, frames in groups.items():
+        base = labels[key].removesuffix("; retrained in place").split("; `")[0]  # the description, not the folder
+        for df in frames:
+            ref = df.loc[df["objective"] == "pi_ref", "test_success"]
+            if not len(ref):
+                continue
+            for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
+                recipe = (base, objective, _recipe(runs), int(runs["iterations"].iloc[0]))
+                entry = recipes.setdefault(recipe, {}).setdefault(key, [float(ref.iloc[0]), [], []])
+                entry[1].extend(runs["test_success"].tolist())
+                entry[2].append(stems[id(df)])
+    rows = []
+    for (base, objective, changes, iterations), per_ref in recipes.items():
+        if len(per_ref) < 2:
+            continue
+        starts = [v[0] for v in per_ref.values()]
+        means = [sum(v[1]) / len(v[1]) for v in per_ref.values()]
+        gains = pd.Series([m - s for m, s in zip(means, starts)])
+        rows.append({"demonstrations": base, "policy": objective, "changes": changes, "iterations": iterations,
+                     "pi_refs": len(per_ref), "seeds": [len(v[1]) for v in per_ref.values()], "starts": starts,
+                     "means": means, "gains": gains.tolist(), "gain_mean": gains.mean(),
+                     "gain_std": gains.std(ddof=0),
+                     "seed_spread": pd.Series([pd.Series(v[1]).std(ddof=0) for v in per_ref.values()]).mean(),
+                     "tables": [t for v in per_ref.values() for t in v[2]]})
+    return pd.DataFrame(rows)
+
+
+def ref_spread_table(results: Path = RESULTS_DIR) -> str | None:
+    """``ref_spread`` as the README's table, gains in points; None while no recipe ran from two pi_refs."""
+    spread = ref_spread(results)
+    if spread.empty:
+        return None
+    table = pd.DataFrame({
+        "demonstrations": spread["demonstrations"], "policy": spread["policy"],
+        "APOConfig changes": spread["changes"], "iterations": spread["iterations"], "pi_refs": spread["pi_refs"],
+        "seeds per pi_ref": [", ".join(map(str, v)) for v in spread["seeds"]],
+        "pi_ref test success": [", ".join(f"{s:.1%}" for s in v) for v in spread["starts"]],
+        "after training (mean over seeds)": [", ".join(f"{m:.1%}" for m in v) for v in spread["means"]],
+        "gain per pi_ref": [", ".join(f"{g * 100:+.1f}" for g in v) for v in spread["gains"]],
+        "gain (mean ± std over pi_refs)": [f"{m * 100:+.1f} ± {s * 100:.1f}"
+                                           for m, s in zip(spread["gain_mean"], spread["gain_std"])],
+        "spread over seeds (mean std)": [f"{v * 100:.1f}" for v in spread["seed_spread"]],
+        "tables": [", ".join(v) for v in spread["tables"]]})
+    return _markdown(table)
 
 
 def bench_train_table(results: Path = RESULTS_DIR) -> str | None:
@@ -301,7 +364,8 @@ def generalization_table(results: Path = RESULTS_DIR) -> str | None:
 
 
 SECTIONS = {"baselines": baselines_table, "bench-env": bench_env_table, "pi-ref": pi_ref_table,
-            "bench-rollout": bench_rollout_table, "trained": trained_table, "bench-train": bench_train_table,
+            "bench-rollout": bench_rollout_table, "trained": trained_table, "ref-spread": ref_spread_table,
+            "bench-train": bench_train_table,
             "compare": compare_table, "pretrained": pretrained_table, "ref-sweep": ref_sweep_table, "gpu": gpu_table,
             "generalization": generalization_table}
 

@@ -156,8 +156,14 @@ def imitate(model, tokenizer, demos: list[Trajectory], pretrain_steps: int, sft_
 
 
 def train_reference(profile: Profile, out_dir=None, demonstrations: int | None = None, pretrain_steps: int | None = None,
-                    sft_steps: int | None = None, progress: bool = True, catalog: Catalog | None = None) -> Reference:
-    """Demonstrations -> tokenizer and tiny model -> pretraining + imitation -> pi_ref (saved to ``out_dir``)."""
+                    sft_steps: int | None = None, progress: bool = True, catalog: Catalog | None = None,
+                    init_seed: int | None = None) -> Reference:
+    """Demonstrations -> tokenizer and tiny model -> pretraining + imitation -> pi_ref (saved to ``out_dir``).
+
+    ``init_seed`` seeds the network's initial weights and the imitation's batch order only: the demonstrations (goals,
+    and which of them a sloppy demonstrator skims) stay the profile seed's, so pi_refs trained with different
+    ``init_seed`` differ only by the chance of training (notebook 04 measures A*PO's gain over several). None = the
+    profile's seed, the RNG carrying on from the demonstrations as it always has."""
     cfg = profile.reference
     demonstrations = cfg.demonstrations if demonstrations is None else demonstrations
     pretrain_steps = cfg.pretrain_steps if pretrain_steps is None else pretrain_steps
@@ -165,9 +171,11 @@ def train_reference(profile: Profile, out_dir=None, demonstrations: int | None =
     seed_everything(profile.seed)
     start = time.perf_counter()
     demos = expert_demonstrations(profile, demonstrations, catalog, seed=profile.seed)
+    if init_seed is not None:
+        seed_everything(init_seed)
     model, tokenizer = build_tiny_policy(profile, demos, catalog)
     history = imitate(model, tokenizer, demos, pretrain_steps, sft_steps, cfg.batch_size, cfg.lr, cfg.weight_decay,
-                      profile.seed, progress)
+                      profile.seed if init_seed is None else init_seed, progress)
     reference = Reference(model, tokenizer, history, demos, time.perf_counter() - start)
     if out_dir is not None:
         save_policy(model, tokenizer, out_dir, extra_files=rendering_files(profile.policy))
