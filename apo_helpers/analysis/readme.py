@@ -182,7 +182,7 @@ def ref_spread(results: Path = RESULTS_DIR) -> pd.DataFrame:
     changes and iterations, from two pi_refs or more. One row per such recipe: per pi_ref (lists, in the tables'
     order) its test success, its seeds' mean, their count and the gain; the gains' mean and spread over pi_refs
     (population std) beside the mean spread over seeds. A gain is the method's only where it outlasts a retrained
-    pi_ref (notebook 07 section 2)."""
+    pi_ref (the README; notebook 04 section 8 tells why)."""
     groups, labels, stems = _pi_ref_groups(results)
     recipes: dict[tuple, dict[tuple, list]] = {}
     for key, frames in groups.items():
