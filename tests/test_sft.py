@@ -193,8 +193,8 @@ def test_train_reference_folder_reloads(reference):
 
 
 def test_train_reference_init_seed_changes_the_weights_not_the_demonstrations(tmp_path):
-    """``init_seed`` draws other initial weights and batch order from the same demonstrations; None and the
-    profile's own seed keep the profile's pi_ref."""
+    """``init_seed`` draws other initial weights and batch order from the same demonstrations; None keeps the
+    profile's pi_ref, the same weights each time."""
     def train(init_seed):
         return train_reference(P, demonstrations=6, pretrain_steps=1, sft_steps=1, progress=False, init_seed=init_seed)
 

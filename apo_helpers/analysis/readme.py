@@ -106,12 +106,13 @@ def _minutes(runs: pd.DataFrame) -> str:
     return f"{minutes} ({', '.join(gpu)})" if gpu else minutes
 
 
-def _pi_ref_groups(results: Path) -> tuple[dict, dict, dict]:
+def _pi_ref_groups(results: Path) -> tuple[dict, dict, dict, dict]:
     """The ``*_class_seeds.csv`` tables grouped by pi_ref: ``groups`` maps a pi_ref's key (its folder, ``ref``, or
     where a table does not record it its demonstrations and item pages; and its pi_ref row's test score, which tells
     a folder retrained in place from the first) to its tables; ``labels`` maps it to the fullest description any of
-    its tables gives (the demonstrator, the item pages, the count), unique among the pi_refs; ``stems`` maps a table
-    (by ``id``) to its name, ``data/results/<name>_class_seeds.csv``."""
+    its tables gives (the demonstrator, the item pages, the count), unique among the pi_refs; ``descriptions`` maps it
+    to that description before the folder or "retrained in place" made it unique (pi_refs trained alike share it);
+    ``stems`` maps a table (by ``id``) to its name, ``data/results/<name>_class_seeds.csv``."""
     groups: dict[tuple, list[pd.DataFrame]] = {}
     labels: dict[tuple, str] = {}
     stems = {}  # which data/results/<table>_class_seeds.csv a row comes from: runs of one objective differ by it
@@ -136,6 +137,7 @@ def _pi_ref_groups(results: Path) -> tuple[dict, dict, dict]:
         key = (folder, f"{start.iloc[0]:.6f}" if len(start) else "")
         groups.setdefault(key, []).append(df)
         labels[key] = max(labels.get(key, ""), demos, key=len)
+    descriptions = dict(labels)
     seen: set[str] = set()
     for key in groups:  # two pi_refs that the columns describe alike (one retrained elsewhere): name the later
         folder = key[0]
@@ -143,7 +145,7 @@ def _pi_ref_groups(results: Path) -> tuple[dict, dict, dict]:
             same_folder = any(other[0] == folder for other in groups if other != key)
             labels[key] += "; retrained in place" if same_folder else f"; `{folder}`"
         seen.add(labels[key])
-    return groups, labels, stems
+    return groups, labels, descriptions, stems
 
 
 def trained_table(results: Path = RESULTS_DIR) -> str | None:
@@ -151,7 +153,7 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
     (mean and spread over seeds); the demonstrations column tells the pi_refs apart (what the demonstrator did, the
     item pages, how many it imitated where recorded), the table column the runs of one objective (``train
     --name``), the last column the ``--set`` changes they ran with."""
-    groups, labels, stems = _pi_ref_groups(results)
+    groups, labels, _, stems = _pi_ref_groups(results)
     if not groups:
         return None
     rows = []
@@ -183,32 +185,33 @@ def ref_spread(results: Path = RESULTS_DIR) -> pd.DataFrame:
     order) its test success, its seeds' mean, their count and the gain; the gains' mean and spread over pi_refs
     (population std) beside the mean spread over seeds. A gain is the method's only where it outlasts a retrained
     pi_ref (the README; notebook 04 section 8 tells why)."""
-    groups, labels, stems = _pi_ref_groups(results)
-    recipes: dict[tuple, dict[tuple, list]] = {}
+    groups, _, descriptions, stems = _pi_ref_groups(results)
+    recipes: dict[tuple, dict[tuple, dict]] = {}  # recipe -> pi_ref -> its test success, its runs' and their tables
     for key, frames in groups.items():
-        base = labels[key].removesuffix("; retrained in place").split("; `")[0]  # the description, not the folder
         for df in frames:
             ref = df.loc[df["objective"] == "pi_ref", "test_success"]
             if not len(ref):
                 continue
             for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
-                recipe = (base, objective, _recipe(runs), int(runs["iterations"].iloc[0]))
-                entry = recipes.setdefault(recipe, {}).setdefault(key, [float(ref.iloc[0]), [], []])
-                entry[1].extend(runs["test_success"].tolist())
-                entry[2].append(stems[id(df)])
+                recipe = (descriptions[key], objective, _recipe(runs), int(runs["iterations"].iloc[0]))
+                entry = recipes.setdefault(recipe, {}).setdefault(
+                    key, {"start": float(ref.iloc[0]), "runs": [], "tables": []})
+                entry["runs"].extend(runs["test_success"].tolist())
+                entry["tables"].append(stems[id(df)])
     rows = []
     for (base, objective, changes, iterations), per_ref in recipes.items():
         if len(per_ref) < 2:
             continue
-        starts = [v[0] for v in per_ref.values()]
-        means = [sum(v[1]) / len(v[1]) for v in per_ref.values()]
+        refs = list(per_ref.values())
+        starts = [v["start"] for v in refs]
+        means = [sum(v["runs"]) / len(v["runs"]) for v in refs]
         gains = pd.Series([m - s for m, s in zip(means, starts)])
         rows.append({"demonstrations": base, "policy": objective, "changes": changes, "iterations": iterations,
-                     "pi_refs": len(per_ref), "seeds": [len(v[1]) for v in per_ref.values()], "starts": starts,
+                     "pi_refs": len(refs), "seeds": [len(v["runs"]) for v in refs], "starts": starts,
                      "means": means, "gains": gains.tolist(), "gain_mean": gains.mean(),
                      "gain_std": gains.std(ddof=0),
-                     "seed_spread": pd.Series([pd.Series(v[1]).std(ddof=0) for v in per_ref.values()]).mean(),
-                     "tables": [t for v in per_ref.values() for t in v[2]]})
+                     "seed_spread": pd.Series([pd.Series(v["runs"]).std(ddof=0) for v in refs]).mean(),
+                     "tables": [t for v in refs for t in v["tables"]]})
     return pd.DataFrame(rows)
 
 
@@ -365,9 +368,8 @@ def generalization_table(results: Path = RESULTS_DIR) -> str | None:
 
 SECTIONS = {"baselines": baselines_table, "bench-env": bench_env_table, "pi-ref": pi_ref_table,
             "bench-rollout": bench_rollout_table, "trained": trained_table, "ref-spread": ref_spread_table,
-            "bench-train": bench_train_table,
-            "compare": compare_table, "pretrained": pretrained_table, "ref-sweep": ref_sweep_table, "gpu": gpu_table,
-            "generalization": generalization_table}
+            "bench-train": bench_train_table, "compare": compare_table, "pretrained": pretrained_table,
+            "ref-sweep": ref_sweep_table, "gpu": gpu_table, "generalization": generalization_table}
 
 
 def render_readme(text: str, results: Path = RESULTS_DIR) -> str:
