@@ -116,7 +116,7 @@ def cmd_train_ref(args) -> int:
                "show_selected_options": profile.policy.show_selected_options,
                "init_seed": profile.seed if args.seed is None else args.seed,
                "train_seconds": round(ref.seconds, 1), "final_loss": round(float(ref.history["loss"].iloc[-1]), 4)}
-    for split in ("val", "test"):
+    for split in () if args.no_eval else ("val", "test"):
         seed_everything(profile.seed)
         result, _ = evaluate_policy(ref.model, ref.tokenizer, split, cfg.eval_episodes, profile, name="pi_ref",
                                     progress=not args.json)
@@ -198,11 +198,16 @@ def cmd_vstar(args) -> int:
     ref_model, tokenizer = load_policy(ref, device())
     result = stage1(ref_model, tokenizer, profile, args.out, progress=not args.json)
     table = result.table
+    if table.empty:  # the filters left nothing: no means to report (JSON has no NaN), and `train` would refuse
+        print(f"warning: the goal filters left no goal of the {result.dropped} sampled; `train` needs some",
+              file=sys.stderr)
     summary = {"key": result.key, "folder": str(Path(args.out) / result.key), "loaded_from_cache": result.loaded,
                "goals": len(table), "dropped_unsolved": result.dropped, "N": profile.apo.vstar_samples,
-               "beta1": profile.apo.beta1, "mean_vstar": round(float(table["vstar"].mean()), 4),
-               "mean_reward": round(float(table["mean"].mean()), 4),
-               "sample_success": round(float(table["successes"].sum() / (len(table) * profile.apo.vstar_samples)), 4),
+               "beta1": profile.apo.beta1,
+               "mean_vstar": None if table.empty else round(float(table["vstar"].mean()), 4),
+               "mean_reward": None if table.empty else round(float(table["mean"].mean()), 4),
+               "sample_success": None if table.empty else round(
+                   float(table["successes"].sum() / (len(table) * profile.apo.vstar_samples)), 4),
                "goals_never_solved": int((table["successes"] == 0).sum())}
     print(json.dumps(summary) if args.json else json.dumps(summary, indent=1))
     return 0
@@ -542,6 +547,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seed of the initial weights and the imitation's batch order only (the demonstrations stay "
                         "the profile's): another pi_ref from the same data, saved to runs/pi_ref_<profile>[...]"
                         "_seed_<seed> unless --out is given (default: the profile's seed)")
+    p.add_argument("--no-eval", action="store_true",
+                   help="save pi_ref and its training metrics only, without the val and test evaluations and pass@k "
+                        "(minutes for a pretrained model; `train` evaluates pi_ref on test unless --skip-ref)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train_ref)
 

@@ -226,6 +226,24 @@ def test_cli_train_ref_records_the_goals_it_drew_demonstrations_from(tmp_path, c
     assert main(["train-ref", "--profile", "ci", "--demonstrations", "12", "--out", str(tmp_path), "--json"]) == 0
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["demo_goals"] == 12 and metrics["demonstrations"] <= 12
+    assert {"val", "test"} <= set(metrics)
+
+
+def test_cli_train_ref_no_eval_saves_pi_ref_without_evaluating_it(tmp_path, monkeypatch):
+    """``--no-eval`` (a pretrained pi_ref's evaluations cost minutes): the model and the training metrics are
+    saved, and no evaluation runs."""
+    from apo_helpers.analysis import evaluate
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("train-ref --no-eval evaluated pi_ref")
+
+    monkeypatch.setattr(evaluate, "evaluate_policy", refuse)
+    monkeypatch.setattr(evaluate, "pass_at_k", refuse)
+    assert main(["train-ref", "--profile", "ci", "--demonstrations", "12", "--out", str(tmp_path), "--no-eval",
+                 "--json"]) == 0
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert (tmp_path / "model.safetensors").exists() and metrics["demo_goals"] == 12
+    assert not {"val", "test"} & set(metrics)
 
 
 def test_cache_key_depends_on_what_changes_vstar(models):
@@ -526,6 +544,20 @@ def test_cli_vstar_then_train(ref_dir, tmp_path, capsys):
     assert six["goals"] == 6 and six["key"] != summary["key"] and not six["loaded_from_cache"]
     assert metrics["ref"] == ref_dir.name and "test_option_clicked" in metrics and "test_options_right" in results
     assert metrics["ref_demonstrations"] is None  # this pi_ref folder has no metrics.json to say
+
+
+def test_cli_vstar_reports_a_table_its_filters_emptied(ref_dir, tmp_path, capsys, monkeypatch):
+    """Every goal filtered out (a weak pi_ref whose samples all score alike, with keep_varying): valid JSON with
+    no means, and a warning naming how many goals were dropped."""
+    from apo_helpers.apo import vstar as vstar_module
+
+    empty = pd.DataFrame(columns=["split", "goal_index", "rewards", "vstar", "mean", "max", "successes"])
+    monkeypatch.setattr(vstar_module, "stage1", lambda *a, **k: vstar_module.VStarTable(empty, "k", dropped=3))
+    assert main(["vstar", "--profile", "ci", "--ref", str(ref_dir), "--out", str(tmp_path), "--json"]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)  # json.loads accepts NaN; the check below is what refuses it
+    assert summary["goals"] == 0 and summary["mean_vstar"] is None and summary["sample_success"] is None
+    assert "NaN" not in captured.out and "no goal of the 3" in captured.err
 
 
 def test_a_run_plays_the_pages_its_reference_learned_on(ref_dir, tmp_path, capsys):
