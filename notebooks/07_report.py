@@ -149,7 +149,11 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
     "apo_full1200_gsv600_b03": ("full expert, 1,200 demonstrations", "the full expert's demonstrations on 1,200 goals "
                                 "(stage 1 on the 600 train goals they leave)"),
     "apo_sloppy_gsv1024_b03_rerun": ("options ignored, retrained", "the demonstrations that ignore the options half "
-                                     "the time, retrained in place (other weights, another test score)")}
+                                     "the time, retrained in place (other weights, another test score)"),
+    "apo_sloppy_seed1_gsv1024_b03": ("options ignored, init seed 1", "the demonstrations that ignore the options half "
+                                     "the time from other initial weights and batch order (`train-ref --seed 1`)"),
+    "apo_sloppy_seed2_gsv1024_b03": ("options ignored, init seed 2", "the demonstrations that ignore the options half "
+                                     "the time from other initial weights and batch order (`train-ref --seed 2`)")}
 SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's label, the recipe's change)
     "apo_rerun_gsv1024_b01": ("full expert, retrained", "beta2 0.01"),
     "apo_rerun_gsv1024_b01_it120": ("full expert, retrained", "beta2 0.01, 120 iterations"),
@@ -158,7 +162,11 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_gsvk1024_b03_it120": ("options ignored, retrained", "greedy search held by its distributions' KL "
                                       "(weight 0.01), 120 iterations"),
     "apo_sloppy_gsv1024_b03_t16": ("options ignored, retrained", "rollouts at temperature 1.6"),
-    "apo_sloppy_gsv1024_b03_t16_h100": ("options ignored, retrained", "rollouts at temperature 1.6, trained on a GPU")}
+    "apo_sloppy_gsv1024_b03_t16_h100": ("options ignored, retrained", "rollouts at temperature 1.6, trained on a GPU"),
+    "apo_sloppy_seed1_gsvk1024_b03": ("options ignored, init seed 1", "greedy search held by its distributions' KL "
+                                      "(weight 0.01)"),
+    "apo_sloppy_seed2_gsvk1024_b03": ("options ignored, init seed 2", "greedy search held by its distributions' KL "
+                                      "(weight 0.01)")}
 own_ref_tables = {}
 for name, (what, imitated) in OWN_REF_RUNS.items():
     path = RESULTS_DIR / f"{name}_class_seeds.csv"
@@ -246,6 +254,13 @@ for name, (what, imitated) in OWN_REF_RUNS.items():
         lines.append(f"- The imitation of {imitated} gives a π_ref of {start:.1%}; A*PO from it (`{name}`) "
                      f"{trained['success_rate']:.1%} ({trained['success_rate'] - start:+.1%}, spread over seeds "
                      f"{spread:.1%}; the target was +10 points).")
+from apo_helpers.analysis.readme import ref_spread
+
+for r in ref_spread(RESULTS_DIR).itertuples():  # one recipe from several pi_refs imitated alike
+    lines.append(f"- One recipe ({r.changes}, {r.iterations} iterations) from {r.pi_refs} π_refs imitated from the same "
+                 f"demonstrations ({r.demonstrations}) gains {', '.join(f'{g:+.1%}' for g in r.gains)}: "
+                 f"{r.gain_mean:+.1%} ± {r.gain_std:.1%} over π_refs, against a spread over seeds of "
+                 f"{r.seed_spread:.1%} (the target was +10 points).")
 for name, (what, recipe) in SAME_REF_RUNS.items():
     if name in same_ref_tables:
         start = get.loc[f"pi_ref ({what})", "success_rate"]
