@@ -1339,6 +1339,11 @@ else:
 #   sets the recipe's gain from all four π_refs side by side (`analysis.readme.ref_spread`): the first π_ref's large
 #   gain was the best of four draws, and the spread over π_refs is many times the spread over seeds, which is why
 #   the target's comparison with the seeds' spread alone flatters a recipe measured from one π_ref.
+# - **`greedy_kl` from three of those π_refs** (`apo_sloppy_seed1_gsvk1024_b03`, `apo_sloppy_seed2_gsvk1024_b03`,
+#   `apo_sloppy_gsvk1024_b03_rerun`, 60 iterations): no seed broke, including from the π_ref whose free run lost
+#   one, and the gains over the π_refs sit close together, a little above the seeds' spread and far below the
+#   target: holding the search turn removes the collapse that made the free recipe's gains range so widely, not the
+#   ceiling.
 #
 # None meets the target.
 
