@@ -1343,7 +1343,8 @@ else:
 #   `apo_sloppy_gsvk1024_b03_rerun`, 60 iterations): no seed broke, including from the π_ref whose free run lost
 #   one, and the gains over the π_refs sit close together, a little above the seeds' spread and far below the
 #   target: holding the search turn removes the collapse that made the free recipe's gains range so widely, not the
-#   ceiling.
+#   ceiling. Held and sampled at temperature 1.6 together (`_t16` tables), it gains nothing on average: the hotter
+#   rollouts succeed less often and the seeds barely take up the option habit.
 #
 # None meets the target.
 

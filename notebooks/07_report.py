@@ -168,7 +168,11 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_seed1_gsvk1024_b03": ("options ignored, init seed 1", "greedy search held by its distributions' KL "
                                       "(weight 0.01)"),
     "apo_sloppy_seed2_gsvk1024_b03": ("options ignored, init seed 2", "greedy search held by its distributions' KL "
-                                      "(weight 0.01)")}
+                                      "(weight 0.01)"),
+    "apo_sloppy_seed1_gsvk1024_b03_t16": ("options ignored, init seed 1", "greedy search held by its distributions' "
+                                          "KL (weight 0.01), rollouts at temperature 1.6"),
+    "apo_sloppy_seed2_gsvk1024_b03_t16": ("options ignored, init seed 2", "greedy search held by its distributions' "
+                                          "KL (weight 0.01), rollouts at temperature 1.6")}
 own_ref_tables = {}
 for name, (what, imitated) in OWN_REF_RUNS.items():
     path = RESULTS_DIR / f"{name}_class_seeds.csv"
