@@ -205,10 +205,11 @@ def ref_spread(results: Path = RESULTS_DIR) -> pd.DataFrame:
         refs = list(per_ref.values())
         starts = [v["start"] for v in refs]
         means = [sum(v["runs"]) / len(v["runs"]) for v in refs]
-        gains = pd.Series([m - s for m, s in zip(means, starts)])
+        # rounded past float noise (and -0.0 made 0.0): gains that cancel print as +0.0, not -0.0
+        gains = pd.Series([round(m - s, 9) + 0.0 for m, s in zip(means, starts)])
         rows.append({"demonstrations": base, "policy": objective, "changes": changes, "iterations": iterations,
                      "pi_refs": len(refs), "seeds": [len(v["runs"]) for v in refs], "starts": starts,
-                     "means": means, "gains": gains.tolist(), "gain_mean": gains.mean(),
+                     "means": means, "gains": gains.tolist(), "gain_mean": round(gains.mean(), 9) + 0.0,
                      "gain_std": gains.std(ddof=0),
                      "seed_spread": pd.Series([pd.Series(v["runs"]).std(ddof=0) for v in refs]).mean(),
                      "tables": [t for v in refs for t in v["tables"]]})
