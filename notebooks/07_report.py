@@ -163,6 +163,8 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
                                       "(weight 0.01), 120 iterations"),
     "apo_sloppy_gsvk1024_b03_rerun": ("options ignored, retrained", "greedy search held by its distributions' KL "
                                       "(weight 0.01)"),
+    "apo_sloppy_gsvk1024_b03_lr6e4_rerun": ("options ignored, retrained", "greedy search held by its distributions' "
+                                            "KL (weight 0.01), learning rate 6e-4"),
     "apo_sloppy_gsv1024_b03_t16": ("options ignored, retrained", "rollouts at temperature 1.6"),
     "apo_sloppy_gsv1024_b03_t16_h100": ("options ignored, retrained", "rollouts at temperature 1.6, trained on a GPU"),
     "apo_sloppy_seed1_gsvk1024_b03": ("options ignored, init seed 1", "greedy search held by its distributions' KL "
