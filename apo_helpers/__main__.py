@@ -198,16 +198,18 @@ def cmd_vstar(args) -> int:
     ref_model, tokenizer = load_policy(ref, device())
     result = stage1(ref_model, tokenizer, profile, args.out, progress=not args.json)
     table = result.table
-    if table.empty:  # the filters left nothing: no means to report (JSON has no NaN), and `train` would refuse
+    if table.empty:  # the filters left nothing: no means to report, and `train` would refuse
         print(f"warning: the goal filters left no goal of the {result.dropped} sampled; `train` needs some",
               file=sys.stderr)
+
+    def number(value):  # the mean of no goals is None in the JSON, which has no NaN
+        return None if table.empty else round(float(value), 4)
+
     summary = {"key": result.key, "folder": str(Path(args.out) / result.key), "loaded_from_cache": result.loaded,
                "goals": len(table), "dropped_unsolved": result.dropped, "N": profile.apo.vstar_samples,
-               "beta1": profile.apo.beta1,
-               "mean_vstar": None if table.empty else round(float(table["vstar"].mean()), 4),
-               "mean_reward": None if table.empty else round(float(table["mean"].mean()), 4),
-               "sample_success": None if table.empty else round(
-                   float(table["successes"].sum() / (len(table) * profile.apo.vstar_samples)), 4),
+               "beta1": profile.apo.beta1, "mean_vstar": number(table["vstar"].mean()),
+               "mean_reward": number(table["mean"].mean()),
+               "sample_success": number(table["successes"].mean() / profile.apo.vstar_samples),
                "goals_never_solved": int((table["successes"] == 0).sum())}
     print(json.dumps(summary) if args.json else json.dumps(summary, indent=1))
     return 0

@@ -154,27 +154,21 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
                                      "the time from other initial weights and batch order (`train-ref --seed 1`)"),
     "apo_sloppy_seed2_gsv1024_b03": ("options ignored, init seed 2", "the demonstrations that ignore the options half "
                                      "the time from other initial weights and batch order (`train-ref --seed 2`)")}
+HELD = "greedy search held by its distributions' KL (weight 0.01)"  # APOConfig.greedy_kl
 SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's label, the recipe's change)
     "apo_rerun_gsv1024_b01": ("full expert, retrained", "beta2 0.01"),
     "apo_rerun_gsv1024_b01_it120": ("full expert, retrained", "beta2 0.01, 120 iterations"),
     "apo_rerun_gsv1024_b01_h200": ("full expert, retrained", "beta2 0.01, trained on a GPU"),
     "apo_sloppy1200_gsv600_b03_it120": ("options ignored, 1,200 demonstrations", "120 iterations"),
-    "apo_sloppy_gsvk1024_b03_it120": ("options ignored, retrained", "greedy search held by its distributions' KL "
-                                      "(weight 0.01), 120 iterations"),
-    "apo_sloppy_gsvk1024_b03_rerun": ("options ignored, retrained", "greedy search held by its distributions' KL "
-                                      "(weight 0.01)"),
-    "apo_sloppy_gsvk1024_b03_lr6e4_rerun": ("options ignored, retrained", "greedy search held by its distributions' "
-                                            "KL (weight 0.01), learning rate 6e-4"),
+    "apo_sloppy_gsvk1024_b03_it120": ("options ignored, retrained", f"{HELD}, 120 iterations"),
+    "apo_sloppy_gsvk1024_b03_rerun": ("options ignored, retrained", HELD),
+    "apo_sloppy_gsvk1024_b03_lr6e4_rerun": ("options ignored, retrained", f"{HELD}, learning rate 6e-4"),
     "apo_sloppy_gsv1024_b03_t16": ("options ignored, retrained", "rollouts at temperature 1.6"),
     "apo_sloppy_gsv1024_b03_t16_h100": ("options ignored, retrained", "rollouts at temperature 1.6, trained on a GPU"),
-    "apo_sloppy_seed1_gsvk1024_b03": ("options ignored, init seed 1", "greedy search held by its distributions' KL "
-                                      "(weight 0.01)"),
-    "apo_sloppy_seed2_gsvk1024_b03": ("options ignored, init seed 2", "greedy search held by its distributions' KL "
-                                      "(weight 0.01)"),
-    "apo_sloppy_seed1_gsvk1024_b03_t16": ("options ignored, init seed 1", "greedy search held by its distributions' "
-                                          "KL (weight 0.01), rollouts at temperature 1.6"),
-    "apo_sloppy_seed2_gsvk1024_b03_t16": ("options ignored, init seed 2", "greedy search held by its distributions' "
-                                          "KL (weight 0.01), rollouts at temperature 1.6")}
+    "apo_sloppy_seed1_gsvk1024_b03": ("options ignored, init seed 1", HELD),
+    "apo_sloppy_seed2_gsvk1024_b03": ("options ignored, init seed 2", HELD),
+    "apo_sloppy_seed1_gsvk1024_b03_t16": ("options ignored, init seed 1", f"{HELD}, rollouts at temperature 1.6"),
+    "apo_sloppy_seed2_gsvk1024_b03_t16": ("options ignored, init seed 2", f"{HELD}, rollouts at temperature 1.6")}
 own_ref_tables = {}
 for name, (what, imitated) in OWN_REF_RUNS.items():
     path = RESULTS_DIR / f"{name}_class_seeds.csv"
