@@ -265,7 +265,8 @@ def cmd_corrections(args) -> int:
 
 def cmd_decisions(args) -> int:
     """The item-page decision of several policies at the same item pages (those one policy reaches greedily), and
-    each policy's greedy episodes by the number of options their goals ask for."""
+    each policy's greedy episodes by the number of options their goals ask for; with --early-purchases, the
+    decision one click later, where a greedy episode bought with a requested option value unselected."""
     import pandas as pd
 
     from .analysis.decisions import decision_summary, item_page_states, option_click_rates
@@ -284,6 +285,8 @@ def cmd_decisions(args) -> int:
                              f"(policy.models.RENDERING_FILE): probe policies of one rendering together")
         named.append((name, folder))
     model, tokenizer = load_policy(args.states_from, device())
+    if args.early_purchases:
+        return _early_purchase_probe(args, profile, model, tokenizer, named)
     pages = item_page_states(model, tokenizer, args.split, args.episodes, profile)
     tables, episodes = [], []
     for name, folder in named:
@@ -301,6 +304,32 @@ def cmd_decisions(args) -> int:
             path = RESULTS_DIR / f"{stem}{suffix}_{profile.name}.csv"
             atomic_write_text(path, frame.to_csv(index=False))
             print(f"saved {path}")
+    return 0
+
+
+def _early_purchase_probe(args, profile, model, tokenizer, named) -> int:
+    """``decisions --early-purchases``: every policy continues the early purchases of ``--states-from``'s greedy
+    episodes at each of ``--temperatures``."""
+    import pandas as pd
+
+    from .analysis.decisions import early_purchase_rates, early_purchase_summary, early_purchases
+    from .policy.models import load_policy
+
+    states = early_purchases(model, tokenizer, args.split, args.episodes, profile)
+    print(f"{len(states)} greedy purchases of {args.states_from} on the first {args.episodes} {args.split} goals left a "
+          "requested option value unselected that the bought item offers")
+    tables = []
+    for name, folder in named:
+        model, tokenizer = load_policy(folder, device())
+        for temperature in args.temperatures:
+            tables.append(early_purchase_rates(model, tokenizer, states, profile, name, args.samples, temperature,
+                                               args.seed, progress=True))
+    table = pd.concat(tables, ignore_index=True)
+    print(early_purchase_summary(table).round(3).to_string())
+    if args.save:
+        path = RESULTS_DIR / f"early_purchases{f'_{args.name}' if args.name else ''}_{profile.name}.csv"
+        atomic_write_text(path, table.to_csv(index=False))
+        print(f"saved {path}")
     return 0
 
 
@@ -613,13 +642,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", nargs="+", required=True, help="NAME=FOLDER of each policy to probe")
     p.add_argument("--split", default="test")
     p.add_argument("--episodes", type=int, default=200, help="first goals of the split (those with options count)")
-    p.add_argument("--samples", type=int, default=16, help="sampled replies per item page (temperature 1)")
+    p.add_argument("--samples", type=int, default=16, help="sampled replies per item page (temperature 1); with "
+                   "--early-purchases, continuations per state")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", default=None, help="ci | class | gpu (default: $APO_PROFILE or class)")
     p.add_argument("--save", action="store_true", help="write data/results/decisions_<profile>.csv (the probe) and "
                    "option_progress_<profile>.csv (each policy's greedy episodes, analysis.failures.option_decisions)")
     p.add_argument("--name", default=None, help="with --save: decisions_<name>_<profile>.csv and "
                    "option_progress_<name>_<profile>.csv, for another set of policies")
+    p.add_argument("--early-purchases", action="store_true", help="the second probe instead: the purchases of "
+                   "--states-from's greedy episodes that left a requested option value unselected, continued "
+                   "--samples times by each policy (analysis.decisions.early_purchases); with --save, "
+                   "data/results/early_purchases[_<name>]_<profile>.csv")
+    p.add_argument("--temperatures", type=float, nargs="+", default=[1.0],
+                   help="with --early-purchases: sampling temperatures of the continuations (default 1.0)")
     p.set_defaults(func=cmd_decisions)
 
     p = sub.add_parser("generalization", help="a run's policies on the goals it trained on and on unseen goals whose "

@@ -139,3 +139,92 @@ def test_plot_puts_each_policy_against_the_reference():
     assert points.tolist() == [[0.25, 0.75], [0.5, 1.0]]       # matched by goal, not by row order
     assert "rl (mean 0.88)" in [t.get_text() for t in ax.get_legend().get_texts()]
     assert ax.get_xlabel() == "p(option) under ref"
+
+
+# ------------------------------------------------------------------------------------- early purchases
+
+def _forgetful_demos():
+    """A demonstrator that picks an item offering the options but buys without selecting them."""
+    forgetful = dataclasses.replace(P, reference=dataclasses.replace(P.reference, demo_forget_options=1.0))
+    return expert_demonstrations(forgetful, 16)
+
+
+def test_early_purchases_are_the_purchases_a_click_could_have_completed(monkeypatch):
+    """Episodes stand in for the greedy rollout: the forgetful demonstrator's (early purchases) and the full
+    expert's (complete purchases) on goals that ask for options."""
+    from apo_helpers.analysis.decisions import early_purchases
+
+    forgot = [d for d in _forgetful_demos() if d.goal.options][:2]
+    complete = next(d for d in expert_demonstrations(P, 16) if d.goal.options and d.success)
+    played = [forgot[0], complete, forgot[1]]
+    monkeypatch.setattr(decisions, "policy_goals", lambda split, n: [d.goal for d in played])
+    monkeypatch.setattr(decisions, "rollout", lambda model, tok, goals, *a, **k: played)
+    states = early_purchases(None, None, "train", 3, P)
+    assert [s.goal for s in states] == [forgot[0].goal, forgot[1].goal]        # the complete purchase is no state
+    for state, demo in zip(states, forgot):
+        assert demo.turns[-1].action == "click[buy now]" and state.prefix == demo.turns[:-1]
+        assert sorted(state.missing) == sorted(demo.goal.options.values()) and state.selected_before == 0
+
+
+def test_a_missing_value_is_matched_like_the_reward():
+    from apo_helpers.analysis.decisions import EarlyPurchase, clicks_missing_value
+
+    goal = dataclasses.replace(expert_demonstrations(P, 4)[0].goal, options={"size": "Small", "color": "red"})
+    state = EarlyPurchase(goal, [], ["Small"])
+    assert state.selected_before == 1
+    assert clicks_missing_value("click[small]", state)
+    assert not any(clicks_missing_value(a, state) for a in ["click[red]", "click[xx-large]", "click[buy now]", ""])
+
+
+def test_early_purchase_rates_are_shares_of_the_continuations(ci_ref_dir):
+    from apo_helpers.analysis.decisions import EARLY_PURCHASE_COLUMNS, EarlyPurchase, early_purchase_rates
+
+    model, tokenizer = load_policy(ci_ref_dir, "cpu")
+    forgot = [d for d in _forgetful_demos() if d.goal.options][:3]
+    states = [EarlyPurchase(d.goal, d.turns[:-1], list(d.goal.options.values())) for d in forgot]
+    table = early_purchase_rates(model, tokenizer, states, P, "pi_ref", samples=4, temperature=1.5)
+    assert list(table.columns) == EARLY_PURCHASE_COLUMNS and len(table) == len(states)
+    assert table["goal_index"].tolist() == [s.goal.index for s in states]
+    assert (table["temperature"] == 1.5).all() and (table["selected_before"] == 0).all()
+    shares = table[["p_buy", "p_missing_value", "p_other"]]
+    assert ((shares * 4) % 1 == 0).all().all() and shares.sum(axis=1).eq(1.0).all()  # shares of 4 continuations
+    assert table["success"].between(0, 1).all()
+    pd.testing.assert_frame_equal(table, early_purchase_rates(model, tokenizer, states, P, "pi_ref", samples=4,
+                                                              temperature=1.5))  # seeded
+    assert early_purchase_rates(model, tokenizer, [], P, "pi_ref").empty
+    for bad, match in [({"samples": 0}, "samples"), ({"temperature": 0.0}, "temperature must be positive")]:
+        with pytest.raises(ValueError, match=match):
+            early_purchase_rates(model, tokenizer, states, P, "pi_ref", **bad)
+
+
+def test_early_purchase_summary_splits_by_what_was_selected():
+    from apo_helpers.analysis.decisions import early_purchase_summary
+
+    table = pd.DataFrame({"policy": ["b", "b", "a"], "goal_index": [1, 2, 1], "options_asked": [2, 1, 2],
+                          "selected_before": [1, 0, 1], "samples": 4, "temperature": 1.0,
+                          "p_buy": [0.5, 1.0, 0.25], "p_missing_value": [0.25, 0.0, 0.75],
+                          "p_other": [0.25, 0.0, 0.0], "success": [0.25, 0.0, 0.5]})
+    summary = early_purchase_summary(table)
+    assert summary.index.tolist() == [("b", 1.0, "some selected"), ("b", 1.0, "none selected"),
+                                      ("a", 1.0, "some selected")]
+    assert summary.loc[("a", 1.0, "some selected"), "p(missing value)"] == pytest.approx(0.75)
+    assert summary["states"].tolist() == [1, 1, 1]
+
+
+def test_cli_continues_the_early_purchases(ci_ref_dir, tmp_path, monkeypatch, capsys):
+    """The ci pi_ref makes no early purchase on a few goals: the forgetful demonstrator's stand in for its states."""
+    import apo_helpers.__main__ as cli
+    from apo_helpers.analysis.decisions import EarlyPurchase
+
+    forgot = [d for d in _forgetful_demos() if d.goal.options][:2]
+    states = [EarlyPurchase(d.goal, d.turns[:-1], list(d.goal.options.values())) for d in forgot]
+    monkeypatch.setattr(decisions, "early_purchases", lambda model, tok, split, episodes, profile: states)
+    monkeypatch.setattr(cli, "RESULTS_DIR", tmp_path)
+    assert main(["decisions", "--profile", "ci", "--states-from", str(ci_ref_dir), "--models", f"a={ci_ref_dir}",
+                 "--split", "val", "--episodes", "12", "--samples", "2", "--early-purchases", "--temperatures", "1.0",
+                 "1.6", "--save", "--name", "x"]) == 0
+    out = capsys.readouterr().out
+    assert "2 greedy purchases of" in out and "p(missing value)" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["early_purchases_x_ci.csv"]
+    table = pd.read_csv(tmp_path / "early_purchases_x_ci.csv")
+    assert table["temperature"].tolist() == [1.0, 1.0, 1.6, 1.6]  # every state at each temperature

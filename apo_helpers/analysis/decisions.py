@@ -10,6 +10,13 @@ when its value is one the goal asks for (``clicks_requested_value``).
 
 ``python -m apo_helpers decisions --states-from DIR --models NAME=DIR ... --save`` writes
 ``data/results/decisions_<profile>.csv`` (one row per policy and state).
+
+A second probe looks one decision later (notebook 04 section 8): the *early purchases* (``early_purchases``), greedy
+purchases made while the bought item offered a requested option value that was not selected, often one of two
+values selected and then ``buy now``. Every policy continues each of those states ``samples`` times
+(``early_purchase_rates``): how often it buys at once, how often its next click selects a missing value, and how
+often the continued episode succeeds. The reward pays for the missing value, so RL can only learn to click it where
+the samples try it; ``decisions --early-purchases`` writes ``data/results/early_purchases_<profile>.csv``.
 """
 
 from __future__ import annotations
@@ -19,14 +26,15 @@ from dataclasses import dataclass
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..apo.turn_credit import decision_turn
+from ..apo.turn_credit import BUY_ACTION, decision_turn
 from ..config import Profile, seed_everything
-from ..policy.prompts import build_messages, parse_response
+from ..policy.prompts import Turn, build_messages, parse_response
 from ..policy.rollout import GREEDY, Sampling, generate_replies, rollout
-from ..webshop.catalog import Goal
+from ..webshop.catalog import Catalog, Goal
 from ..webshop.reward import option_matches
+from ..webshop.text import normalize
 from .evaluate import policy_goals
-from .failures import option_click
+from .failures import bought_product, option_click
 
 DECISION_COLUMNS = ["policy", "goal_index", "offers_requested", "samples", "p_option", "p_requested_value", "p_buy",
                     "greedy_option", "greedy_requested_value"]
@@ -111,6 +119,92 @@ def decision_summary(table: pd.DataFrame) -> pd.DataFrame:
                          "p(buy now)": grouped["p_buy"].mean(),
                          "greedy: option": grouped["greedy_option"].mean(),
                          "greedy: requested value": grouped["greedy_requested_value"].mean()})
+
+
+EARLY_PURCHASE_COLUMNS = ["policy", "goal_index", "options_asked", "selected_before", "samples", "temperature",
+                          "p_buy", "p_missing_value", "p_other", "success"]
+
+
+@dataclass
+class EarlyPurchase:
+    """One state of the second probe: the turns of a greedy episode before its purchase, which left requested option
+    values unselected (``missing``) although the bought item offers them."""
+
+    goal: Goal
+    prefix: list[Turn]
+    missing: list[str]
+
+    @property
+    def selected_before(self) -> int:
+        """Requested values already selected when the episode bought."""
+        return len(self.goal.options) - len(self.missing)
+
+
+def early_purchases(model, tokenizer, split: str, episodes: int, profile: Profile,
+                    catalog: Catalog | None = None) -> list[EarlyPurchase]:
+    """Of the first ``episodes`` goals of ``split``, those that ask for options and whose greedy episode by
+    ``model`` ends in ``buy now`` with a requested value unselected that the bought item offers (a click could have
+    added it; a purchase of an item without the value was a choice of item, not of options)."""
+    goals = [g for g in policy_goals(split, episodes) if g.options]
+    trajectories = rollout(model, tokenizer, goals, GREEDY, profile.policy, profile.policy_env())
+    states = []
+    for goal, t in zip(goals, trajectories):
+        missing = (t.breakdown or {}).get("options_missing") or []
+        if not missing or not t.turns or t.turns[-1].action != BUY_ACTION:
+            continue
+        product = bought_product(t, catalog)
+        offered = {normalize(v) for values in product.options.values() for v in values} if product else set()
+        if all(normalize(v) in offered for v in missing):
+            states.append(EarlyPurchase(goal, t.turns[:-1], list(missing)))
+    return states
+
+
+def clicks_missing_value(action: str, state: EarlyPurchase) -> bool:
+    """Whether ``action`` selects one of the state's missing values (the reward's fuzzy match)."""
+    if not option_click(action):
+        return False
+    value = action[len("click["):-1].lower()
+    return any(option_matches({"clicked": value}, {str(k): v.lower() for k, v in enumerate(state.missing)}))
+
+
+def early_purchase_rates(model, tokenizer, states: list[EarlyPurchase], profile: Profile, name: str,
+                         samples: int = 16, temperature: float = 1.0, seed: int = 0,
+                         progress: bool = False) -> pd.DataFrame:
+    """One row per state: of ``samples`` episodes continued from it at ``temperature``, the share whose next reply
+    buys at once, selects a missing value, or does anything else, and the share that end in success."""
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive (greedy play is the state's own purchase), got {temperature}")
+    seed_everything(seed)
+    bar = tqdm(total=len(states) * samples, desc=f"{name}: continuations at T={temperature:g}", leave=False,
+               disable=not progress)
+    continued = rollout(model, tokenizer, [s.goal for s in states for _ in range(samples)],
+                        Sampling(temperature=temperature), profile.policy, profile.policy_env(), progress=bar,
+                        prefixes=[s.prefix for s in states for _ in range(samples)]) if states else []
+    bar.close()
+    rows = []
+    for i, state in enumerate(states):
+        runs = continued[i * samples: (i + 1) * samples]
+        actions = [run.turns[len(state.prefix)].action for run in runs]
+        bought = sum(a == BUY_ACTION for a in actions)
+        missing = sum(clicks_missing_value(a, state) for a in actions)
+        rows.append({"policy": name, "goal_index": state.goal.index, "options_asked": len(state.goal.options),
+                     "selected_before": state.selected_before, "samples": samples, "temperature": temperature,
+                     "p_buy": bought / samples, "p_missing_value": missing / samples,
+                     "p_other": (samples - bought - missing) / samples,
+                     "success": sum(run.success for run in runs) / samples})
+    return pd.DataFrame(rows, columns=EARLY_PURCHASE_COLUMNS)
+
+
+def early_purchase_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per policy and temperature (in the table's order) and by whether a requested value was already selected,
+    the states and the mean shares of ``early_purchase_rates``."""
+    table = table.assign(when=table["selected_before"].map(lambda n: "some selected" if n else "none selected"))
+    grouped = table.groupby(["policy", "temperature", "when"], sort=False)
+    return pd.DataFrame({"states": grouped.size(), "p(buy now)": grouped["p_buy"].mean(),
+                         "p(missing value)": grouped["p_missing_value"].mean(), "p(other)": grouped["p_other"].mean(),
+                         "continued success": grouped["success"].mean()})
 
 
 def plot_option_probabilities(table: pd.DataFrame, reference: str, panels: dict[str, list[str]],
