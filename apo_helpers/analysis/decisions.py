@@ -71,12 +71,17 @@ def _action(reply: str) -> str:
     return parse_response(reply)[1]
 
 
-def clicks_requested_value(action: str, goal: Goal) -> bool:
-    """Whether ``action`` clicks an option value that the goal asks for (the reward's fuzzy match, any case)."""
+def clicks_one_of(action: str, wanted) -> bool:
+    """Whether ``action`` clicks an option value matching one of ``wanted`` (the reward's fuzzy match, any case)."""
     if not option_click(action):
         return False
     value = action[len("click["):-1].lower()
-    return any(option_matches({"clicked": value}, {name: want.lower() for name, want in goal.options.items()}))
+    return any(option_matches({"clicked": value}, {str(k): want.lower() for k, want in enumerate(wanted)}))
+
+
+def clicks_requested_value(action: str, goal: Goal) -> bool:
+    """Whether ``action`` clicks an option value that the goal asks for."""
+    return clicks_one_of(action, goal.options.values())
 
 
 def _replies(model, tokenizer, chats, sampling: Sampling, profile: Profile, desc: str | None = None) -> list[str]:
@@ -160,11 +165,8 @@ def early_purchases(model, tokenizer, split: str, episodes: int, profile: Profil
 
 
 def clicks_missing_value(action: str, state: EarlyPurchase) -> bool:
-    """Whether ``action`` selects one of the state's missing values (the reward's fuzzy match)."""
-    if not option_click(action):
-        return False
-    value = action[len("click["):-1].lower()
-    return any(option_matches({"clicked": value}, {str(k): v.lower() for k, v in enumerate(state.missing)}))
+    """Whether ``action`` selects one of the state's missing values."""
+    return clicks_one_of(action, state.missing)
 
 
 def early_purchase_rates(model, tokenizer, states: list[EarlyPurchase], profile: Profile, name: str,
