@@ -237,6 +237,13 @@ class APOConfig:
     pi_ref's greedy query garbles the instruction, 96% of its samples garble it too, so its own samples seldom show
     what an exact query earns; A*PO's least squares needs no sampling probabilities, so the drawn queries train like
     the others (notebook 04 section 8). Excludes ``greedy_search`` (the search is then typed greedily)."""
+    explore_options: float = 0.0
+    """Stage 1 and the rollouts answer an item-page turn on which some of the item's options have no value selected
+    with a click drawn uniformly from those options' values, with this probability (``Sampling.explore_options``;
+    the draw knows nothing of the goal, and the reply carries the expert's think for that click). Aimed where the
+    early-purchase probe finds the policies stop: they buy with a requested value unselected, and after one value is
+    selected they sample the missing one in a few percent of continuations, where a uniform click over the whole
+    page (``explore``) would rarely be it either (notebook 04 section 8)."""
     explore_once: bool = False
     """With ``explore``: at most one drawn click per episode (``Sampling.explore_once``). The rest of the episode is
     the policy's own play, so its return minus V* is, to a good approximation, the advantage of that one click: the

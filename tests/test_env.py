@@ -126,6 +126,24 @@ def test_option_select_and_reselect_replaces(goto, option_product):
     assert env.state.kind == "item" and env.state.asin == option_product.asin
 
 
+def test_unselected_option_actions_shrink_as_options_are_selected(goto, option_product):
+    """The clicks ``Sampling.explore_options`` draws from: every value of the options still unselected on the open
+    item (all options on arrival, none once each has a value), and nothing on other pages."""
+    assert goto("results").unselected_option_actions == []
+    env = goto("item")
+    every = [f"click[{v.lower()}]" for values in option_product.options.values() for v in values]
+    assert env.unselected_option_actions == every and set(every) <= set(env.available_actions)
+    (first, values_1), *rest = list(option_product.options.items())
+    step_ok(env, f"click[{values_1[1]}]")
+    left = [f"click[{v.lower()}]" for _, values in rest for v in values]
+    assert env.unselected_option_actions == left
+    for _, values in rest:
+        step_ok(env, f"click[{values[0]}]")
+    assert env.unselected_option_actions == []
+    step_ok(env, f"click[{values_1[0]}]")  # re-selecting a value leaves nothing unselected
+    assert env.unselected_option_actions == []
+
+
 def test_item_page_says_what_is_selected_only_when_asked(small_catalog, option_product):
     (first, values_1), (second, _) = list(option_product.options.items())[:2]
     plain = WebShopEnv(catalog=small_catalog)

@@ -352,19 +352,26 @@ def test_greedy_pages_type_the_greedy_query_and_sample_the_clicks(scripted, toke
     assert clicking.num_turns > 1 and not clicking.turns[0].greedy and all(u.greedy for u in clicking.turns[1:])
 
 
+def _played_twice(scripted, tokenizer, sampling: Sampling, episodes: int, max_turns: int, seed: int):
+    """``episodes`` rollouts of the scripted model's goal, played twice from ``seed``: the drawn clicks repeat."""
+    trained, demo, _ = scripted
+    policy = dataclasses.replace(P.policy, max_new_tokens=64)
+    played = []
+    for _ in range(2):
+        seed_everything(seed)
+        played.append(rollout(trained, tokenizer, [demo.goal] * episodes, sampling, policy, P.policy_env(),
+                              max_turns=max_turns))
+    assert [[u.action for u in t.turns] for t in played[0]] == [[u.action for u in t.turns] for t in played[1]]
+    return played[0]
+
+
 def test_explored_turns_are_written_for_a_drawn_click(scripted, tokenizer):
     from apo_helpers.policy.prompts import format_response
     from apo_helpers.webshop.agents import explain, explorable_actions
 
-    trained, demo, _ = scripted
-    policy = dataclasses.replace(P.policy, max_new_tokens=64)
-    sampling = Sampling(greedy_pages=("search",), explore=1.0)
-    played = []
-    for _ in range(2):
-        seed_everything(2)
-        played.append(rollout(trained, tokenizer, [demo.goal] * 3, sampling, policy, P.policy_env(), max_turns=4))
-    assert [[u.action for u in t.turns] for t in played[0]] == [[u.action for u in t.turns] for t in played[1]]
-    for t in played[0]:
+    _, demo, _ = scripted
+    played = _played_twice(scripted, tokenizer, Sampling(greedy_pages=("search",), explore=1.0), 3, 4, seed=2)
+    for t in played:
         assert t.num_turns > 1
         for u, lp in zip(t.turns, t.sample_logprobs):
             if u.actions == ["search[<query>]"]:  # the search page (also after a drawn `back to search`)
@@ -375,7 +382,7 @@ def test_explored_turns_are_written_for_a_drawn_click(scripted, tokenizer):
             assert u.action in explorable_actions(u.actions) and u.format_ok and u.valid
             assert u.response == format_response(explain(u.action, page), u.action)
             assert lp == []  # nothing was generated for it
-    assert any(u.explored for t in played[0] for u in t.turns)
+    assert any(u.explored for t in played for u in t.turns)
 
 
 def test_explore_once_draws_one_click_per_episode(scripted, tokenizer):
@@ -394,6 +401,31 @@ def test_explore_once_draws_one_click_per_episode(scripted, tokenizer):
     every = rollout(trained, tokenizer, [demo.goal] * 4, Sampling(greedy_pages=("search",), explore=1.0), policy,
                     P.policy_env(), max_turns=5)
     assert any(sum(u.explored for u in t.turns) > 1 for t in every)
+
+
+def test_explore_options_draws_values_of_the_unselected_options(scripted, tokenizer):
+    """``explore_options=1.0``: every item-page turn with an option still unselected is a drawn click of one of
+    those options' values, in the expert's words; once every option has a value the model answers again, and
+    results pages are never drawn. Seeded draws repeat."""
+    from apo_helpers.policy.prompts import format_response
+    from apo_helpers.webshop.agents import explain
+    from apo_helpers.webshop.env import WebShopEnv
+
+    _, demo, _ = scripted
+    played = _played_twice(scripted, tokenizer, Sampling(greedy_pages=("search",), explore_options=1.0), 4, 8, seed=4)
+    drawn = 0
+    for t in played:
+        env = WebShopEnv(split=demo.goal.split, catalog=default_catalog(), config=P.policy_env(), max_turns=8)
+        env.reset(options={"goal": demo.goal})
+        for u, lp in zip(t.turns, t.sample_logprobs):
+            unselected = env.unselected_option_actions
+            assert u.explored == bool(unselected)  # rate 1: drawn exactly where an option is still unselected
+            if u.explored:
+                drawn += 1
+                assert u.action in unselected and u.valid and lp == []
+                assert u.response == format_response(explain(u.action, "item"), u.action)
+            env.step(u.action)
+    assert drawn > 0
 
 
 def test_explore_search_answers_the_search_page_with_the_instruction(scripted, tokenizer):

@@ -22,7 +22,7 @@ from ..files import atomic_write_text
 from ..webshop.catalog import Catalog, Goal, default_catalog
 from ..webshop.agents import EXPLAINED_PAGES, explain, explorable_actions, instruction_search
 from ..webshop.env import WebShopEnv
-from ..webshop.pages import SEARCH
+from ..webshop.pages import ITEM, SEARCH
 from .models import STOP_TEXT, stop_token_ids
 from .prompts import (Turn, build_messages, encode_chat, episode_chats, format_response, parse_response,
                       prompt_actions)
@@ -51,6 +51,12 @@ class Sampling:
     instruction (``agents.instruction_search``: the rule agent's query, in the demonstrations' format), marked
     ``explored``. The tiny pi_ref garbles its copy of the instruction in most of its samples on the goals its greedy
     query garbles, so its own samples rarely show it what an exact query earns (notebook 04 section 8)."""
+    explore_options: float = 0.0
+    """When sampling: the chance that an item-page turn on which some of the item's options have no value selected
+    yet is not answered by the model but by a click drawn uniformly from those options' values
+    (``WebShopEnv.unselected_option_actions``; the draw knows nothing of the goal), written with the expert's think
+    for it and marked ``explored``. The imitated pi_ref and the policies trained from it buy with a requested value
+    still unselected and almost never sample that value's click (notebook 04 section 8)."""
     explore_once: bool = False
     """Draw at most one turn per episode, a click or the search (``explore`` is then the chance at each results or
     item page until one is drawn): the episode's return then judges that one turn against what the policy makes of
@@ -221,16 +227,21 @@ def _replay(env: WebShopEnv, goal: Goal, prefix: list[Turn]):
     return obs, info
 
 
-def _next_turn(observation: str, info: dict, sampling: Sampling, explored_before: bool = False) -> Turn:
+def _next_turn(observation: str, info: dict, sampling: Sampling, explored_before: bool = False,
+               option_clicks: list[str] | None = None) -> Turn:
     """The turn the page opens: greedy or sampled (``greedy_pages``), or explored, its reply already written.
-    ``explored_before``: the episode already has an explored turn (none more with ``Sampling.explore_once``)."""
+    ``explored_before``: the episode already has an explored turn (none more with ``Sampling.explore_once``).
+    ``option_clicks``: the values of the open item's unselected options (``Sampling.explore_options`` draws one)."""
     page = info["page"]
     turn = Turn(observation, prompt_actions(info["available_actions"]), info["turns_left"],
                 greedy=sampling.greedy or page in sampling.greedy_pages)
     if turn.greedy or (sampling.explore_once and explored_before):
         return turn
     # torch's generator draws, so that seeding and checkpoints cover exploration; none is drawn at a rate of 0
-    if page in EXPLAINED_PAGES and sampling.explore and torch.rand(()).item() < sampling.explore:
+    if page == ITEM and option_clicks and sampling.explore_options and torch.rand(()).item() < sampling.explore_options:
+        action = option_clicks[int(torch.randint(len(option_clicks), ()))]
+        turn.response, turn.explored = format_response(explain(action, page), action), True
+    elif page in EXPLAINED_PAGES and sampling.explore and torch.rand(()).item() < sampling.explore:
         options = explorable_actions(turn.actions)
         action = options[int(torch.randint(len(options), ()))]
         turn.response, turn.explored = format_response(explain(action, page), action), True
@@ -268,7 +279,8 @@ def _rollout_batch(model, tokenizer, goals, sampling, config, env_config, catalo
     while active:
         for i in active:
             explored_before = any(u.explored for u in trajs[i].turns)
-            trajs[i].turns.append(_next_turn(observations[i], infos[i], sampling, explored_before))
+            trajs[i].turns.append(_next_turn(observations[i], infos[i], sampling, explored_before,
+                                             envs[i].unselected_option_actions))
         asking = [i for i in active if not trajs[i].turns[-1].explored]
         answers = dict(zip(asking, zip(*_replies(model, tokenizer, [trajs[i].turns for i in asking], sampling,
                                                  config)))) if asking else {}

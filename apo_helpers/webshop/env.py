@@ -183,6 +183,16 @@ class WebShopEnv(gym.Env):
             return [SEARCH_PLACEHOLDER]
         return [f"click[{b.lower()}]" for b in self.buttons]
 
+    @property
+    def unselected_option_actions(self) -> list[str]:
+        """On an item page, the clicks of every value of the item's options that have no value selected yet
+        (``Sampling.explore_options`` draws from them; they say nothing about the goal); ``[]`` on other pages."""
+        if self.state.kind != ITEM:
+            return []
+        chosen = self.state.selected_options
+        product = self.catalog.by_asin[self.state.asin]
+        return [f"click[{v.lower()}]" for name, values in product.options.items() if name not in chosen for v in values]
+
     def _transition(self, action: Action) -> tuple[PageState, bool]:
         """The next page for a valid action, and whether it bought; ``InvalidAction`` otherwise."""
         state = self.state
