@@ -1446,6 +1446,59 @@ if own_path.exists():  # the trained policy's own early purchases, where it stil
 # with a value already selected are few (the count above), so their rates are rough.
 
 # %% [markdown]
+# ### Drawing the missing value: `explore_options`
+#
+# If the second value is a click the samples never try, the rollouts can try it for the policy.
+# `explore_options=0.3` answers 30% of the item-page turns on which some of the item's options still have no value
+# with a click drawn uniformly from those options' values (`WebShopEnv.unselected_option_actions`; the draw reads
+# the page, not the goal), in stage 1 and in the rollouts. A*PO's least squares needs no sampling probabilities, so
+# the drawn turns train like the others. The held recipe with it, from the same π_ref, for 60 iterations (then its
+# seeds continued to 120 with `--iterations 120 --resume`, as the held recipe's were), and the probe above on its
+# 60-iteration seeds:
+#
+# ```
+# python -m apo_helpers train --profile class --ref runs/pi_ref_class_skip_options_0.5 --seeds 0 1 2 \
+#     --iterations 60 --set vstar_goals=1024 keep_varying=True greedy_search=True greedy_kl=0.01 beta2=0.03 \
+#     explore_options=0.3 --out runs/apo_sloppy_gsvko03_b03_class --name apo_sloppy_gsvko03_b03 --save
+# python -m apo_helpers decisions --profile class --states-from runs/pi_ref_class_skip_options_0.5 \
+#     --models xo60_seed0=runs/apo_sloppy_gsvko03_b03_class/seed_0/policy ... (seeds 1, 2) \
+#     --early-purchases --temperatures 1.0 --save --name explore_options
+# ```
+
+# %%
+PROBE_LABELS = {"pi_ref": "π_ref", "kl60": "held, 60 it.", "xo60": "held + explore_options, 60 it."}  # seeds pooled
+EXPLORE_TABLES = {"apo_sloppy_gsvk1024_b03_rerun": "held recipe, 60 it.",
+                  "apo_sloppy_gsvko03_b03": "held + explore_options, 60 it.",
+                  "apo_sloppy_gsvk1024_b03_it120": "held recipe, 120 it.",
+                  "apo_sloppy_gsvko03_b03_it120": "held + explore_options, 120 it."}
+explore_runs, explore_start = committed_runs(EXPLORE_TABLES)
+if len(explore_runs) > 1:
+    explore_table = pd.DataFrame({EXPLORE_TABLES[name]: seeds_summary(tables, explore_start)
+                                  for name, tables in explore_runs.items()}).T.astype(float)
+    explore_table["drawn turns (training)"] = [tables["history"]["explored_rate"].mean()
+                                               for tables in explore_runs.values()]
+    display(explore_table.rename(columns=columns).round(3))
+    print_targets(explore_table)
+else:
+    print("run the command above to compare")
+explore_probe = RESULTS_DIR / "early_purchases_explore_options_class.csv"
+if explore_probe.exists() and early_path.exists():  # the same states, temperature 1, seeds pooled
+    probed = pd.concat([pd.read_csv(early_path), pd.read_csv(explore_probe)]).query("temperature == 1.0")
+    probed["policy"] = probed["policy"].str.replace(r"_seed\d+$", "", regex=True).map(PROBE_LABELS)
+    display(early_purchase_summary(probed.dropna(subset=["policy"])).drop(columns="states").round(3))
+
+# %% [markdown]
+# **What this says.** Drawing the values did not move the purchase. After 60 iterations the seeds end where the
+# held recipe ends, with about the same option rates, and their training batches succeed less often (a drawn value
+# is more often a wrong one than the missing one); after 120 they end a little above it, by about the seeds' spread,
+# and still far from the target, and that difference is on the goals that ask for no option, not on those that ask
+# for some (the success columns with and without options). At the probe's states they buy at once and select the missing value about as often
+# as the held seeds do. The rollouts now try the second value in a share of the one-short
+# states, and the draw that hits it pays, yet that click did not become the policy's own in 60 iterations: a uniform
+# draw hits the requested value once in as many tries as the option has values, and the trajectory-level
+# regression spreads that one success's credit over every token of the episode.
+
+# %% [markdown]
 # ### Pages that say which option is selected
 #
 # On two-option goals the best runs above often click one value twice or stop after one: WebShop's item page looks
@@ -1462,21 +1515,27 @@ if own_path.exists():  # the trained policy's own early purchases, where it stil
 # ```
 
 # %%
+def table_with_own_refs(runs, labels):
+    """Each committed run's π_ref row (from its own seeds table: each rendering or retrain has its own π_ref)
+    followed by its A*PO row, gains over that π_ref."""
+    rows = {}
+    for name, tables in runs.items():
+        own_ref = tables["seeds"].query("objective == 'pi_ref'").iloc[0]
+        rows[f"{labels[name]}: π_ref"] = pd.Series({**own_ref[list(columns)].astype(float),
+                                                    "invalid actions (test)": own_ref["test_invalid_rate"]})
+        rows[f"{labels[name]}: A*PO"] = seeds_summary(tables, own_ref)
+    order = rows[f"{labels[name]}: A*PO"].index  # seeds_summary's columns, π_ref's rows leave gaps
+    return pd.DataFrame(rows).T[order].astype(float).rename(columns=columns)
+
+
+SUCCESS_AND_INVALID = [("success", "sampled success, training batches (10-it. mean)", False),  # plot_seed_curves
+                       ("invalid_rate", "invalid actions in the rollouts (10-it. mean)", False)]
 SELECTED_TABLES = {"apo_sloppy_gsv1024_b03": "WebShop's pages", "apo_selected_gsv1024_b03": "pages show the selection"}
 selected_runs, _ = committed_runs(SELECTED_TABLES)
 if len(selected_runs) > 1:
-    rows = {}
-    for name, tables in selected_runs.items():
-        own_ref = tables["seeds"].query("objective == 'pi_ref'").iloc[0]  # each rendering has its own π_ref
-        rows[f"{SELECTED_TABLES[name]}: π_ref"] = pd.Series({**own_ref[list(columns)].astype(float),
-                                                            "invalid actions (test)": own_ref["test_invalid_rate"]})
-        rows[f"{SELECTED_TABLES[name]}: A*PO"] = seeds_summary(tables, own_ref)
-    order = rows[f"{SELECTED_TABLES[name]}: A*PO"].index  # seeds_summary's columns, π_ref's rows leave gaps
-    selected_table = pd.DataFrame(rows).T[order].astype(float).rename(columns=columns)
+    selected_table = table_with_own_refs(selected_runs, SELECTED_TABLES)
     display(selected_table.round(3))
-    plot_seed_curves(selected_runs, SELECTED_TABLES, [
-        ("success", "sampled success, training batches (10-it. mean)", False),
-        ("invalid_rate", "invalid actions in the rollouts (10-it. mean)", False)], window=10,
+    plot_seed_curves(selected_runs, SELECTED_TABLES, SUCCESS_AND_INVALID, window=10,
         title="β₂ = 0.03, goals whose rewards vary: item pages that show the selection", figure_name="04_selected")
     print_targets(selected_table.dropna(subset=["gain over π_ref"]))
 else:
@@ -1490,6 +1549,53 @@ else:
 # asked for by the instruction, clicked on an item that does not offer it), so the item chosen was already the
 # wrong one. The limit is again what this model reads on the
 # results and item pages, not what the page tells it; the rendering is not the lever for the target.
+
+# %% [markdown]
+# On these pages the second value is no longer a matter of memory: after one click the page reads
+# `size (not selected)`. So they are where drawing the missing value (`explore_options`, above) has the best chance,
+# and the held recipe, which keeps the greedy search from drifting, had not been run from them. The same π_ref
+# command (its folder was missing here, so it was retrained: its own row below), then the held recipe without and
+# with the draws, and the early-purchase probe from its states:
+#
+# ```
+# python -m apo_helpers train --profile class --ref runs/pi_ref_class_skip_options_0.5_selected --seeds 0 1 2 \
+#     --iterations 60 --set vstar_goals=1024 keep_varying=True greedy_search=True greedy_kl=0.01 beta2=0.03 \
+#     --out runs/apo_selected_gsvk1024_b03_class --name apo_selected_gsvk1024_b03 --save
+# # the same with explore_options=0.3: --out runs/apo_selected_gsvko03_b03_class --name apo_selected_gsvko03_b03
+# python -m apo_helpers decisions --profile class --states-from runs/pi_ref_class_skip_options_0.5_selected \
+#     --models pi_ref=runs/pi_ref_class_skip_options_0.5_selected \
+#              kl60_seed0=runs/apo_selected_gsvk1024_b03_class/seed_0/policy ... (seeds 1, 2) \
+#              xo60_seed0=runs/apo_selected_gsvko03_b03_class/seed_0/policy ... (seeds 1, 2) \
+#     --early-purchases --temperatures 1.0 --save --name selected
+# ```
+
+# %%
+SELECTED_HELD_TABLES = {"apo_selected_gsvk1024_b03": "selection shown, held recipe",
+                        "apo_selected_gsvko03_b03": "selection shown, held + explore_options"}
+selected_held_runs, _ = committed_runs(SELECTED_HELD_TABLES)
+if selected_held_runs:
+    selected_held = table_with_own_refs(selected_held_runs, SELECTED_HELD_TABLES)
+    display(selected_held.round(3))
+    plot_seed_curves(selected_held_runs, SELECTED_HELD_TABLES, SUCCESS_AND_INVALID, window=10,
+        title="item pages that show the selection: the held recipe, with and without drawn option values",
+        figure_name="04_selected_explore")
+    print_targets(selected_held.dropna(subset=["gain over π_ref"]))
+else:
+    print("run the commands above to compare")
+selected_probe = RESULTS_DIR / "early_purchases_selected_class.csv"
+if selected_probe.exists():
+    selected_probed = pd.read_csv(selected_probe).query("temperature == 1.0")
+    selected_probed["policy"] = selected_probed["policy"].str.replace(r"_seed\d+$", "", regex=True).map(PROBE_LABELS)
+    display(early_purchase_summary(selected_probed).drop(columns="states").round(3))
+
+# %% [markdown]
+# **What this says.** Stating on the page what is still missing does not make the missing click learnable either.
+# From this π_ref the held recipe ends at or below where it started, and the drawn values bring it back to about
+# π_ref's level. The held seeds click an option on no more goals than π_ref; with the drawn values they click one on
+# a few more, with the values mostly wrong: neither takes up the option habit that the seeds from WebShop's pages
+# learned (the options-clicked and every-option-right columns against π_ref's). At the probe's states, this π_ref buys at once even more readily than the one on
+# WebShop's pages, and the seeds move only a little of that to the missing value. The page can say `not selected`;
+# the tiny model still has to read which requested value belongs there and click it, and its samples seldom do.
 
 # %% [markdown]
 # ## 9. Before and after, on the same goals
@@ -1606,3 +1712,8 @@ else:
 #   with none, not to complete the set. After one selected value its continuations still buy at once, and the
 #   missing value is a click its samples almost never try, with the credit split at the item page (`apo_split`) or
 #   sampled hotter alike. That click is where the rest of the +10 points would have to come from.
+# - Trying that click for the policy does not make it the policy's own (section 8): drawing values of the unselected
+#   options on 30% of the item-page turns (`explore_options`) ends where the held recipe ends, and its seeds select
+#   the missing value no more often; nor on pages that state which option is still unselected. The tiny π_ref's
+#   choice of option value, which even imitation of the full expert gets right on under half of the goals that ask
+#   for one, bounds what RL adds from it.

@@ -136,7 +136,9 @@ for count, table in demo_tables.items():  # pi_refs from fewer demonstrations of
                           f"imitation of {int(runs['ref_demonstrations'].iloc[0])} expert demonstrations "
                           f"(notebook 02's sweep, retrained for notebook 04)"))
     rows.append(seeds_row(f"apo (from pi_ref of {count} demonstrations, greedy search, disagreeing goals)", runs))
-OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_ref imitated)
+HELD = "greedy search held by its distributions' KL (weight 0.01)"  # APOConfig.greedy_kl
+DRAWN = "option values drawn on 30% of the item-page turns (explore_options 0.3)"
+OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_ref imitated[, the recipe if another])
     "apo_selected_gsv1024_b03": ("options ignored, selection shown", "the demonstrations that ignore the options half "
                                  "the time, on item pages that say which option is selected"),
     "apo_forget_gsv1024_b03": ("options checked, not selected", "demonstrations that choose the item as the expert "
@@ -152,8 +154,10 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
     "apo_sloppy_seed1_gsv1024_b03": ("options ignored, init seed 1", "the demonstrations that ignore the options half "
                                      "the time from other initial weights and batch order (`train-ref --seed 1`)"),
     "apo_sloppy_seed2_gsv1024_b03": ("options ignored, init seed 2", "the demonstrations that ignore the options half "
-                                     "the time from other initial weights and batch order (`train-ref --seed 2`)")}
-HELD = "greedy search held by its distributions' KL (weight 0.01)"  # APOConfig.greedy_kl
+                                     "the time from other initial weights and batch order (`train-ref --seed 2`)"),
+    "apo_selected_gsvk1024_b03": ("options ignored, selection shown, retrained", "the demonstrations that ignore the "
+                                  "options half the time, on item pages that say which option is selected, retrained "
+                                  "in place (other weights, another test score)", HELD)}
 SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's label, the recipe's change)
     "apo_rerun_gsv1024_b01": ("full expert, retrained", "beta2 0.01"),
     "apo_rerun_gsv1024_b01_it120": ("full expert, retrained", "beta2 0.01, 120 iterations"),
@@ -171,15 +175,18 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_seed1_gsvk1024_b03_it120": ("options ignored, init seed 1", f"{HELD}, 120 iterations"),
     "apo_sloppy_seed2_gsvk1024_b03_it120": ("options ignored, init seed 2", f"{HELD}, 120 iterations"),
     "apo_sloppy_seed2_gsvk1024_b03_it180": ("options ignored, init seed 2", f"{HELD}, 180 iterations"),
-    "apo_split_sloppy_gsvk1024_b03_rerun": ("options ignored, retrained", f"{HELD}, credit split at the item page")}
+    "apo_split_sloppy_gsvk1024_b03_rerun": ("options ignored, retrained", f"{HELD}, credit split at the item page"),
+    "apo_sloppy_gsvko03_b03": ("options ignored, retrained", f"{HELD}, {DRAWN}"),
+    "apo_sloppy_gsvko03_b03_it120": ("options ignored, retrained", f"{HELD}, {DRAWN}, 120 iterations"),
+    "apo_selected_gsvko03_b03": ("options ignored, selection shown, retrained", f"{HELD}, {DRAWN}")}
 own_ref_tables = {}
-for name, (what, imitated) in OWN_REF_RUNS.items():
+for name, (what, imitated, *recipe) in OWN_REF_RUNS.items():
     path = RESULTS_DIR / f"{name}_class_seeds.csv"
     if path.exists():
         table = own_ref_tables[what] = pd.read_csv(path)
         rows.append(start_row(f"pi_ref ({what})", table.query("objective == 'pi_ref'").iloc[0],
                               f"imitation of {imitated}"))
-        rows.append(seeds_row(f"apo (from pi_ref, {what})", table.query("objective == 'apo'")))
+        rows.append(seeds_row(f"apo (from pi_ref, {'; '.join([what, *recipe])})", table.query("objective == 'apo'")))
 same_ref_tables = {}
 for name, (what, recipe) in SAME_REF_RUNS.items():
     path = RESULTS_DIR / f"{name}_class_seeds.csv"
@@ -253,12 +260,13 @@ for count, table in demo_tables.items():
     lines.append(f"- From the π_ref of {count} demonstrations ({start:.1%}), A*PO with greedy search on the goals whose "
                  f"samples disagree reaches {runs.mean():.1%} ({runs.mean() - start:+.1%}, spread over seeds "
                  f"{runs.std(ddof=0):.1%}; the target was +10 points; notebook 04 section 6).")
-for name, (what, imitated) in OWN_REF_RUNS.items():
+for name, (what, imitated, *recipe) in OWN_REF_RUNS.items():
     if what in own_ref_tables:
         start = get.loc[f"pi_ref ({what})", "success_rate"]
-        trained = get.loc[f"apo (from pi_ref, {what})"]
+        trained = get.loc[f"apo (from pi_ref, {'; '.join([what, *recipe])})"]
         spread = own_ref_tables[what].query("objective == 'apo'")["test_success"].std(ddof=0)
-        lines.append(f"- The imitation of {imitated} gives a π_ref of {start:.1%}; A*PO from it (`{name}`) "
+        lines.append(f"- The imitation of {imitated} gives a π_ref of {start:.1%}; A*PO from it "
+                     f"{''.join(f'with the {r} ' for r in recipe)}(`{name}`) "
                      f"{trained['success_rate']:.1%} ({trained['success_rate'] - start:+.1%}, spread over seeds "
                      f"{spread:.1%}; the target was +10 points).")
 from apo_helpers.analysis.readme import ref_spread
