@@ -179,14 +179,15 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_gsvko03_b03": ("options ignored, retrained", f"{HELD}, {DRAWN}"),
     "apo_sloppy_gsvko03_b03_it120": ("options ignored, retrained", f"{HELD}, {DRAWN}, 120 iterations"),
     "apo_selected_gsvko03_b03": ("options ignored, selection shown, retrained", f"{HELD}, {DRAWN}")}
-own_ref_tables = {}
+own_ref_tables, own_ref_rows = {}, {}  # pi_ref label -> its seeds table, its A*PO row's label
 for name, (what, imitated, *recipe) in OWN_REF_RUNS.items():
     path = RESULTS_DIR / f"{name}_class_seeds.csv"
     if path.exists():
         table = own_ref_tables[what] = pd.read_csv(path)
         rows.append(start_row(f"pi_ref ({what})", table.query("objective == 'pi_ref'").iloc[0],
                               f"imitation of {imitated}"))
-        rows.append(seeds_row(f"apo (from pi_ref, {'; '.join([what, *recipe])})", table.query("objective == 'apo'")))
+        own_ref_rows[what] = f"apo (from pi_ref, {'; '.join([what, *recipe])})"
+        rows.append(seeds_row(own_ref_rows[what], table.query("objective == 'apo'")))
 same_ref_tables = {}
 for name, (what, recipe) in SAME_REF_RUNS.items():
     path = RESULTS_DIR / f"{name}_class_seeds.csv"
@@ -263,7 +264,7 @@ for count, table in demo_tables.items():
 for name, (what, imitated, *recipe) in OWN_REF_RUNS.items():
     if what in own_ref_tables:
         start = get.loc[f"pi_ref ({what})", "success_rate"]
-        trained = get.loc[f"apo (from pi_ref, {'; '.join([what, *recipe])})"]
+        trained = get.loc[own_ref_rows[what]]
         spread = own_ref_tables[what].query("objective == 'apo'")["test_success"].std(ddof=0)
         lines.append(f"- The imitation of {imitated} gives a π_ref of {start:.1%}; A*PO from it "
                      f"{''.join(f'with the {r} ' for r in recipe)}(`{name}`) "

@@ -22,7 +22,7 @@ from ..files import atomic_write_text
 from ..webshop.catalog import Catalog, Goal, default_catalog
 from ..webshop.agents import EXPLAINED_PAGES, explain, explorable_actions, instruction_search
 from ..webshop.env import WebShopEnv
-from ..webshop.pages import ITEM, SEARCH
+from ..webshop.pages import SEARCH
 from .models import STOP_TEXT, stop_token_ids
 from .prompts import (Turn, build_messages, encode_chat, episode_chats, format_response, parse_response,
                       prompt_actions)
@@ -238,15 +238,16 @@ def _next_turn(observation: str, info: dict, sampling: Sampling, explored_before
     if turn.greedy or (sampling.explore_once and explored_before):
         return turn
     # torch's generator draws, so that seeding and checkpoints cover exploration; none is drawn at a rate of 0
-    if page == ITEM and option_clicks and sampling.explore_options and torch.rand(()).item() < sampling.explore_options:
-        action = option_clicks[int(torch.randint(len(option_clicks), ()))]
-        turn.response, turn.explored = format_response(explain(action, page), action), True
+    if option_clicks and sampling.explore_options and torch.rand(()).item() < sampling.explore_options:
+        clicks = option_clicks  # only item pages have unselected options
     elif page in EXPLAINED_PAGES and sampling.explore and torch.rand(()).item() < sampling.explore:
-        options = explorable_actions(turn.actions)
-        action = options[int(torch.randint(len(options), ()))]
-        turn.response, turn.explored = format_response(explain(action, page), action), True
-    elif page == SEARCH and sampling.explore_search and torch.rand(()).item() < sampling.explore_search:
-        turn.response, turn.explored = format_response(*instruction_search(observation)), True
+        clicks = explorable_actions(turn.actions)
+    else:
+        if page == SEARCH and sampling.explore_search and torch.rand(()).item() < sampling.explore_search:
+            turn.response, turn.explored = format_response(*instruction_search(observation)), True
+        return turn
+    action = clicks[int(torch.randint(len(clicks), ()))]
+    turn.response, turn.explored = format_response(explain(action, page), action), True
     return turn
 
 
@@ -279,8 +280,8 @@ def _rollout_batch(model, tokenizer, goals, sampling, config, env_config, catalo
     while active:
         for i in active:
             explored_before = any(u.explored for u in trajs[i].turns)
-            trajs[i].turns.append(_next_turn(observations[i], infos[i], sampling, explored_before,
-                                             envs[i].unselected_option_actions))
+            option_clicks = envs[i].unselected_option_actions if sampling.explore_options else None
+            trajs[i].turns.append(_next_turn(observations[i], infos[i], sampling, explored_before, option_clicks))
         asking = [i for i in active if not trajs[i].turns[-1].explored]
         answers = dict(zip(asking, zip(*_replies(model, tokenizer, [trajs[i].turns for i in asking], sampling,
                                                  config)))) if asking else {}
