@@ -89,7 +89,8 @@ def cmd_train_ref(args) -> int:
     """Train pi_ref by imitation, save it, and report its success, score and pass@k on val and test."""
     from .analysis.evaluate import evaluate_policy, pass_at_k
     from .apo.sft import reference_dir, train_reference
-    from .config import replace
+    from .config import MODEL_SIZE_FIELDS, replace, with_model_size
+    from .policy.models import count_parameters
 
     profile = get_profile(args.profile)
     default_out = reference_dir(profile)
@@ -104,6 +105,12 @@ def cmd_train_ref(args) -> int:
         default_out = default_out.with_name(f"{default_out.name}_selected")
     if args.demonstrations is not None and args.demonstrations != profile.reference.demonstrations:
         default_out = default_out.with_name(f"{default_out.name}_demos_{args.demonstrations}")  # another pi_ref
+    if args.model:  # a larger (or smaller) tiny Llama: a pi_ref of its own, its size in the folder name
+        base = profile.model
+        profile = with_model_size(profile, args.model)
+        changed = [f"{name}_{getattr(profile.model, name)}" for name in MODEL_SIZE_FIELDS
+                   if getattr(profile.model, name) != getattr(base, name)]
+        default_out = default_out.with_name("_".join([default_out.name, *changed]))
     if args.seed is not None:  # the same demonstrations, other initial weights and batch order: another pi_ref
         default_out = default_out.with_name(f"{default_out.name}_seed_{args.seed}")
     args.out = args.out or default_out
@@ -114,6 +121,8 @@ def cmd_train_ref(args) -> int:
                "demo_goals": profile.reference.demonstrations if args.demonstrations is None else args.demonstrations,
                "demo_skip_options": cfg.demo_skip_options, "demo_forget_options": cfg.demo_forget_options,
                "show_selected_options": profile.policy.show_selected_options,
+               "model_size": {name: getattr(profile.model, name) for name in MODEL_SIZE_FIELDS},
+               "parameters": count_parameters(ref.model),
                "init_seed": profile.seed if args.seed is None else args.seed,
                "train_seconds": round(ref.seconds, 1), "final_loss": round(float(ref.history["loss"].iloc[-1]), 4)}
     for split in () if args.no_eval else ("val", "test"):
@@ -574,6 +583,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a sloppy demonstrator of another kind: the share of demonstrations that choose an item "
                         "offering the options but buy without selecting them (default 0); saved to "
                         "runs/pi_ref_<profile>_forget_options_<share> unless --out is given")
+    p.add_argument("--model", nargs="*", default=[], metavar="NAME=VALUE",
+                   help="resize the tiny Llama (hidden_size, intermediate_size, num_layers, num_heads); saved to "
+                        "runs/pi_ref_<profile>[...]_<name>_<value> unless --out is given; later steps read the size "
+                        "from the folder")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the initial weights and the imitation's batch order only (the demonstrations stay "
                         "the profile's): another pi_ref from the same data, saved to runs/pi_ref_<profile>[...]"

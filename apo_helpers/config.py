@@ -386,6 +386,29 @@ def with_overrides(profile, settings: list[str]):
     return dataclasses.replace(profile, apo=dataclasses.replace(profile.apo, **changes))
 
 
+MODEL_SIZE_FIELDS = ("hidden_size", "intermediate_size", "num_layers", "num_heads")
+"""The ``ModelConfig`` fields ``train-ref --model`` may change: the size of the tiny Llama (notebook 02)."""
+
+
+def with_model_size(profile, settings: list[str]):
+    """The profile with the tiny model resized by ``name=value`` strings (``train-ref --model hidden_size=256``);
+    only ``MODEL_SIZE_FIELDS``, positive integers, with the hidden size a multiple of the number of heads."""
+    changes = {}
+    for setting in settings or []:
+        name, sep, value = setting.partition("=")
+        if not sep or name not in MODEL_SIZE_FIELDS:
+            raise ValueError(f"--model expects name=value with a name from {', '.join(MODEL_SIZE_FIELDS)}, got {setting!r}")
+        if not value.isdigit() or int(value) <= 0:
+            raise ValueError(f"--model {name}: expected a positive integer, got {value!r}")
+        changes[name] = int(value)
+    model = dataclasses.replace(profile.model, **changes)
+    if model.name != "tiny" and changes:
+        raise ValueError(f"--model resizes the tiny Llama only; this profile's model is {model.name!r}")
+    if model.hidden_size % model.num_heads:
+        raise ValueError(f"--model: hidden_size {model.hidden_size} is not a multiple of num_heads {model.num_heads}")
+    return dataclasses.replace(profile, model=model)
+
+
 def apo_overrides(profile: Profile) -> str:
     """The ``apo`` fields in which ``profile`` differs from the profile of its name, as ``name=value`` words
     (``""`` when none): recorded beside a run's results so that a table says which recipe made it."""

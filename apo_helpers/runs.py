@@ -15,23 +15,30 @@ from .analysis.evaluate import greedy_evaluation
 from .apo.sft import with_reference_goals
 from .apo.trainer import Trainer, latest_checkpoint, load_models, make_accelerator
 from .apo.vstar import stage1
-from .config import Profile, apo_overrides, numerics
+from .config import MODEL_SIZE_FIELDS, PROFILES, ModelConfig, Profile, apo_overrides, numerics
 from .files import atomic_write_text
 from .policy.models import rendering_files, save_policy, with_rendering
 
 
 def _ref_record(ref_dir) -> dict:
     """What a run records of its pi_ref's ``metrics.json``: ``demo_skip_options`` and ``demo_forget_options`` (the
-    shares of demonstrations that ignored the options or did not select them; 0 when not recorded) and
-    ``ref_demonstrations`` (how many pi_ref imitated); all None when the folder has no such file, e.g. a policy saved
-    by hand."""
+    shares of demonstrations that ignored the options or did not select them; 0 when not recorded),
+    ``ref_demonstrations`` (how many pi_ref imitated) and ``ref_model_size`` (where ``train-ref --model`` resized the
+    tiny Llama of pi_ref's profile, e.g. ``hidden 256, 4 layers, 3.9M parameters``; else None); all None when the
+    folder has no such file, e.g. a policy saved by hand."""
     path = Path(ref_dir) / "metrics.json"
     if not path.exists():
-        return {"demo_skip_options": None, "demo_forget_options": None, "ref_demonstrations": None}
+        return {"demo_skip_options": None, "demo_forget_options": None, "ref_demonstrations": None,
+                "ref_model_size": None}
     metrics = json.loads(path.read_text())
+    size = metrics.get("model_size")
+    base = PROFILES[metrics["profile"]].model if metrics.get("profile") in PROFILES else ModelConfig()
+    resized = size is not None and any(size[name] != getattr(base, name) for name in MODEL_SIZE_FIELDS)
     return {"demo_skip_options": metrics.get("demo_skip_options", 0.0),
             "demo_forget_options": metrics.get("demo_forget_options", 0.0),
-            "ref_demonstrations": metrics.get("demonstrations")}
+            "ref_demonstrations": metrics.get("demonstrations"),
+            "ref_model_size": (f"hidden {size['hidden_size']}, {size['num_layers']} layers, "
+                               f"{metrics['parameters'] / 1e6:.1f}M parameters") if resized else None}
 
 
 def finished_metrics(out_dir) -> dict:

@@ -651,6 +651,47 @@ def test_set_overrides_apo_fields():
             with_overrides(P, [bad])
 
 
+def test_model_size_overrides_resize_the_tiny_llama_only():
+    from apo_helpers.config import with_model_size
+
+    wider = with_model_size(P, ["hidden_size=96", "intermediate_size=192", "num_layers=3"])
+    assert (wider.model.hidden_size, wider.model.intermediate_size, wider.model.num_layers) == (96, 192, 3)
+    assert wider.model.num_heads == P.model.num_heads and wider.apo == P.apo
+    assert with_model_size(P, []) == P
+    for bad, message in [("vocab_size=512", "hidden_size"), ("hidden_size", "hidden_size"),
+                         ("num_layers=0", "positive integer"), ("hidden_size=2.5", "positive integer"),
+                         ("hidden_size=65", "multiple of num_heads")]:
+        with pytest.raises(ValueError, match=message):
+            with_model_size(P, [bad])
+    pretrained = dataclasses.replace(P, model=dataclasses.replace(P.model, name="smollm2-135m"))
+    with pytest.raises(ValueError, match="tiny Llama only"):
+        with_model_size(pretrained, ["hidden_size=256"])
+
+
+def test_cli_train_ref_model_resizes_pi_ref_and_runs_record_it(tmp_path, monkeypatch, capsys):
+    """``train-ref --model``: a pi_ref of its own size, in a folder named after it, its size in metrics.json; the
+    runs from it record the size (``ref_model_size``), which labels their rows in the README's tables."""
+    import apo_helpers.__main__ as cli
+    from apo_helpers.apo import sft
+    from apo_helpers.policy.models import load_policy
+    from apo_helpers.runs import _ref_record
+
+    monkeypatch.setattr(sft, "RUNS_DIR", tmp_path)  # the default folder, under tmp_path
+    assert cli.main(["train-ref", "--profile", "ci", "--demonstrations", "6", "--sft-steps", "2", "--pretrain-steps",
+                     "0", "--model", "hidden_size=48", "num_layers=1", "--no-eval", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    folders = [path for path in tmp_path.iterdir() if path.is_dir()]
+    assert [path.name for path in folders] == ["pi_ref_ci_demos_6_hidden_size_48_num_layers_1"]
+    model, _ = load_policy(folders[0])
+    assert (model.config.hidden_size, model.config.num_hidden_layers) == (48, 1)
+    assert out["model_size"]["hidden_size"] == 48 and out["parameters"] == sum(p.numel() for p in model.parameters())
+    record = _ref_record(folders[0])
+    assert record["ref_model_size"] == f"hidden 48, 1 layers, {out['parameters'] / 1e6:.1f}M parameters"
+    (folders[0] / "metrics.json").write_text(json.dumps({**out, "model_size": {
+        name: getattr(P.model, name) for name in ("hidden_size", "intermediate_size", "num_layers", "num_heads")}}))
+    assert _ref_record(folders[0])["ref_model_size"] is None  # the profile's own size says nothing more
+
+
 def test_groups_repeat_each_goal(ref_dir, vstar):
     profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, batch_goals=4, group_size=2))
     goals = _trainer(ref_dir, vstar, profile=profile).draw_goals()

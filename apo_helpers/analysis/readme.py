@@ -130,6 +130,9 @@ def _pi_ref_groups(results: Path) -> tuple[dict, dict, dict, dict]:
         count = df["ref_demonstrations"].dropna() if "ref_demonstrations" in df else pd.Series(dtype=float)
         if len(count):  # another pi_ref: fewer (or more) demonstrations; tables written before do not record it
             demos += f"; {int(count.iloc[0])} demonstrations"
+        size = df["ref_model_size"].dropna() if "ref_model_size" in df else pd.Series(dtype=str)
+        if len(size):  # another pi_ref: a resized tiny Llama (train-ref --model)
+            demos += f"; {size.iloc[0]}"
         refs = df["ref"].dropna() if "ref" in df else pd.Series(dtype=str)
         folder = refs.iloc[0] if len(refs) else demos  # one pi_ref folder, one group, though older tables say less
         # a folder retrained in place holds other weights: its pi_ref row's test score tells the two apart
