@@ -65,6 +65,13 @@ def test_trained_table_keeps_each_pi_ref_with_its_runs(tmp_path):
     lines = trained_table(tmp_path).splitlines()
     assert len(lines) == 13 and sum("pi_ref (start)" in line for line in lines) == 5
     assert any(line.startswith("| pi_ref (start) | options checked, not selected in 50% | - | 29.0% |") for line in lines)
+    # a resized tiny Llama (train-ref --model): its own group, its size in the label
+    _seeds(tmp_path / "apo_wide_class_seeds.csv", "apo", [0.25], ref_success=0.21, demo_skip_options=0.5,
+           ref_demonstrations=595, ref_model_size="hidden 256, 4 layers, 3.9M parameters")
+    lines = trained_table(tmp_path).splitlines()
+    assert len(lines) == 15 and any(line.startswith(
+        "| pi_ref (start) | options ignored in 50%; 595 demonstrations; hidden 256, 4 layers, 3.9M parameters | - | "
+        "21.0% |") for line in lines)
 
 
 def test_trained_table_groups_tables_of_one_pi_ref_folder(tmp_path):
