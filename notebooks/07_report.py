@@ -157,7 +157,10 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
                                      "the time from other initial weights and batch order (`train-ref --seed 2`)"),
     "apo_selected_gsvk1024_b03": ("options ignored, selection shown, retrained", "the demonstrations that ignore the "
                                   "options half the time, on item pages that say which option is selected, retrained "
-                                  "in place (other weights, another test score)", HELD)}
+                                  "in place (other weights, another test score)", HELD),
+    "apo_sloppy_h256_gsvk512_b03": ("options ignored, 3.9M-parameter model", "the demonstrations that ignore the "
+                                    "options half the time by a tiny Llama of hidden size 256 (`train-ref --model "
+                                    "hidden_size=256 intermediate_size=768`)", f"{HELD}, stage 1 on 512 goals")}
 SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's label, the recipe's change)
     "apo_rerun_gsv1024_b01": ("full expert, retrained", "beta2 0.01"),
     "apo_rerun_gsv1024_b01_it120": ("full expert, retrained", "beta2 0.01, 120 iterations"),
