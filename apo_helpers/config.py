@@ -365,14 +365,23 @@ PROFILES: dict[str, Profile] = {
 }
 
 
-def with_overrides(profile, settings: list[str]):
-    """The profile with ``apo`` fields changed by ``name=value`` strings (``--set beta2=0.01 temperature=0.7``)."""
-    fields = {f.name: f for f in dataclasses.fields(profile.apo)}
-    changes = {}
+def _name_values(settings: list[str] | None, names, flag: str, named: str) -> list[tuple[str, str]]:
+    """``(name, value)`` of each ``name=value`` string of a command-line ``flag``; a clear error for a string without
+    ``=`` or a name outside ``names`` (``named`` says where the names come from)."""
+    pairs = []
     for setting in settings or []:
         name, sep, value = setting.partition("=")
-        if not sep or name not in fields:
-            raise ValueError(f"--set expects name=value with a name from APOConfig ({', '.join(fields)}), got {setting!r}")
+        if not sep or name not in names:
+            raise ValueError(f"{flag} expects name=value with a name from {named}, got {setting!r}")
+        pairs.append((name, value))
+    return pairs
+
+
+def with_overrides(profile, settings: list[str]):
+    """The profile with ``apo`` fields changed by ``name=value`` strings (``--set beta2=0.01 temperature=0.7``)."""
+    fields = [f.name for f in dataclasses.fields(profile.apo)]
+    changes = {}
+    for name, value in _name_values(settings, fields, "--set", f"APOConfig ({', '.join(fields)})"):
         kind = type(getattr(profile.apo, name))
         if kind is bool:
             if value.lower() not in ("true", "false", "1", "0"):
@@ -394,10 +403,7 @@ def with_model_size(profile, settings: list[str]):
     """The profile with the tiny model resized by ``name=value`` strings (``train-ref --model hidden_size=256``);
     only ``MODEL_SIZE_FIELDS``, positive integers, with the hidden size a multiple of the number of heads."""
     changes = {}
-    for setting in settings or []:
-        name, sep, value = setting.partition("=")
-        if not sep or name not in MODEL_SIZE_FIELDS:
-            raise ValueError(f"--model expects name=value with a name from {', '.join(MODEL_SIZE_FIELDS)}, got {setting!r}")
+    for name, value in _name_values(settings, MODEL_SIZE_FIELDS, "--model", ", ".join(MODEL_SIZE_FIELDS)):
         if not value.isdigit() or int(value) <= 0:
             raise ValueError(f"--model {name}: expected a positive integer, got {value!r}")
         changes[name] = int(value)
