@@ -563,19 +563,19 @@ if sloppy_evals:
 # %% [markdown]
 # **What this says.** Read the option columns first. The full π_ref clicks an option on most goals that ask for one;
 # the π_ref of the careless demonstrator on far fewer, and so it rarely succeeds there, while on goals without options
-# the full π_ref does no better. Every recipe raises the share of option clicks somewhat, and none comes near the full π_ref's.
-# Training only on the goals whose samples disagree raises it most in some seeds, little or not at all in others (the
-# per-seed table), and the seeds that click options more often also buy with every option right more often and gain
-# the most; drawing those goals from four times as many stage-1 goals gives the highest mean of the four recipes, with
-# the largest spread. On val (the figure), those two recipes click options most often around iteration 20 and less
-# after it, while the sampled success on their own training goals rises and then holds (their history tables): the
-# update fits its few goals, and an earlier stop would have kept more of the change. Success follows only in part,
-# because a clicked option is often the wrong value, or sits on the wrong item, and each recipe's gain printed above
-# stays far short of the +10 points this notebook aims for (section 8 returns to the last recipe with smaller values
-# of β₂, which moved it furthest). Faster learning did not help: in one-seed pilots at a
-# learning rate of 1e-3, A*PO on the disagreeing goals lost val success within 40 iterations and `apo_split` (below)
-# within 15 iterations mostly wrote replies that do not parse, as at 1e-3 in the prototypes; both pilots were
-# stopped and are not committed.
+# the full π_ref does no better. Every recipe raises the share of option clicks somewhat, and none comes near the full
+# π_ref's. Training only on the goals whose samples disagree raises it most in some seeds, little or not at all in
+# others (the per-seed table), and the seeds that click options more often also buy with every option right more often
+# and gain the most; drawing those goals from four times as many stage-1 goals gives the highest mean of the four
+# recipes, with the largest spread. On val (the figure), those two recipes click options most often around iteration
+# 20 and less after it, while the sampled success on their own training goals rises and then holds (their history
+# tables): the update fits its few goals, and an earlier stop would have kept more of the change. Success follows only
+# in part, because a clicked option is often the wrong value, or sits on the wrong item, and each recipe's gain
+# printed above stays far short of the +10 points this notebook aims for (section 8 returns to the last recipe with
+# smaller values of β₂, which moved it furthest). Faster learning did not help: in one-seed pilots at a learning rate
+# of 1e-3, A*PO on the disagreeing goals lost val success within 40 iterations and `apo_split` (below) within 15
+# iterations mostly wrote replies that do not parse, as at 1e-3 in the prototypes; both pilots were stopped
+# and are not committed.
 #
 # ### Credit at the decision: `apo_split`
 #
