@@ -158,6 +158,9 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
     "apo_selected_gsvk1024_b03": ("options ignored, selection shown, retrained", "the demonstrations that ignore the "
                                   "options half the time, on item pages that say which option is selected, retrained "
                                   "in place (other weights, another test score)", HELD),
+    "apo_sloppy_h192_gsvk1024_b03": ("options ignored, 2.3M-parameter model", "the demonstrations that ignore the "
+                                     "options half the time by a tiny Llama of hidden size 192 (`train-ref --model "
+                                     "hidden_size=192 intermediate_size=576`)", HELD),
     "apo_sloppy_h256_gsvk512_b03": ("options ignored, 3.9M-parameter model", "the demonstrations that ignore the "
                                     "options half the time by a tiny Llama of hidden size 256 (`train-ref --model "
                                     "hidden_size=256 intermediate_size=768`)", f"{HELD}, stage 1 on 512 goals")}
