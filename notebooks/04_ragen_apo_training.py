@@ -1651,16 +1651,16 @@ else:
 # sampled, not 1,024, for the cost), and the sampled success of its training batches is still climbing at iteration
 # 60 (middle panel).
 #
-# The 2.3M π_ref, with the full 1,024 stage-1 goals, sits between the two: it starts among the 1.1M π_refs, its
-# seeds agree with each other about as closely as the 1.1M runs' do, and its mean gain lies above every 1.1M
-# π_ref's and below the 3.9M one's. Its seeds learn the option habit about as the 1.1M seeds did (the options
-# columns), and keep the goals that ask for no option where π_ref had them. Greedy val success settles within the
-# first 20 iterations, as at 1.1M (left panel). Continued to 120 iterations (the README's table
-# `apo_sloppy_h192_gsvk1024_b03_it120`), the 2.3M seeds gain little more, where the 1.1M π_refs' held seeds about
-# doubled their gain in their second 60 iterations. So the gain grows with the model's size, one π_ref per size, and
-# stays short of the target at every size measured: a larger model is a lever worth a second π_ref of each size (the
-# spread over π_refs above was as large as the gains), and at 3.9M more goals and longer runs; it is not yet a recipe
-# that meets the bar.
+# The 2.3M π_ref, with the full 1,024 stage-1 goals, sits between the two: it starts among the 1.1M π_refs, its seeds
+# agree with each other about as closely as the 1.1M runs' do, and its mean gain lies above every 1.1M π_ref's and
+# below the 3.9M one's. Its seeds click options about as often as those from the 1.1M π_ref retrained in place and
+# more often than those from the other two (the options columns), and keep the goals that ask for no option where
+# π_ref had them. Greedy val success settles within the first 20 iterations, as at 1.1M (left panel). Continued to 120
+# iterations (the README's table `apo_sloppy_h192_gsvk1024_b03_it120`), the 2.3M seeds gain little more, where the
+# 1.1M π_refs' held seeds about doubled their gain in their second 60 iterations. So the gain grows with the model's
+# size, one π_ref per size, and stays short of the target at every size measured: a larger model is a lever worth a
+# second π_ref of each size (the spread over π_refs above was as large as the gains), and at 3.9M more goals and
+# longer runs; it is not yet a recipe that meets the bar.
 
 # %% [markdown]
 # ## 9. Before and after, on the same goals
