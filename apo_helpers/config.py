@@ -277,6 +277,10 @@ class APOConfig:
     """Test goals in the final evaluation of ``train``."""
     checkpoint_every: int = 20
     """Save weights, optimizer and RNG states every k iterations (resume continues exactly)."""
+    max_minutes: float = 0.0
+    """Wall-clock budget of one call of the loop in minutes (0: none). When an iteration ends past it, that iteration
+    is treated as the last one (val evaluation, checkpoint), so a run fits a lent GPU's lease or a class period and
+    still reaches its test evaluation; ``metrics.json`` records the iterations done, and ``--resume`` continues."""
     micro_batch: int = 48
     """Chats scored per forward pass (bounds memory; sorted by length to cut padding)."""
     backward_per_micro_batch: bool = False

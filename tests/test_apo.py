@@ -356,6 +356,16 @@ def test_run_records_history_and_evaluations(ref_dir, vstar):
     assert set(state.evals["split"]) == {"val"}
 
 
+def test_max_minutes_ends_the_run_after_the_iteration_that_passes_it(ref_dir, vstar, tmp_path):
+    """A wall-clock budget: the iteration that ends past it is the last one, evaluated and checkpointed as such."""
+    profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, iterations=5, eval_every=100,
+                                                                checkpoint_every=100, max_minutes=1e-6))
+    state = _trainer(ref_dir, vstar, tmp_path, profile=profile).run(progress=False)
+    assert state.iteration == 1 and len(state.history) == 1
+    assert state.evals["iteration"].tolist() == [0, 1]
+    assert latest_checkpoint(tmp_path).name == "iter_000001"
+
+
 def test_a_trainer_without_an_evaluator_trains_and_says_why_it_cannot_evaluate(ref_dir, vstar):
     """The evaluator is handed in (the trainer imports nothing from analysis): without one, no val rows."""
     model, ref_model, tokenizer = load_models(ref_dir, "cpu")

@@ -226,6 +226,19 @@ def test_gpu_table_reads_the_run_and_its_seeds(tmp_path):
     lines = gpu_table(tmp_path).splitlines()
     assert lines[2] == "| pi_ref (smollm2-135m, imitation) | GPU X | - | 62.0% | 0.870 | 3.94 | 400 steps x 8 chats, lr 2e-05 | 61 |"
     assert lines[3] == "| apo | GPU X | 2 | 60.0%, 70.0% | 0.800 | 4.00 | 20 iterations x 64 episodes | 300 |"
+    assert len(lines) == 4
+    # a second run, from a sloppy demonstrator, whose seeds a wall-clock budget stopped after different iterations
+    (tmp_path / "gpu_sloppy_run.json").write_text(json.dumps({
+        "device": "GPU Y (torch 9)", "model": "smollm2-135m", "demonstrator": "options ignored in 50%",
+        "pi_ref": {**ref, "test_success_rate": 0.46}, "commands": ["train-ref ...", "train --set beta2=0.03 lr=5e-5"]}))
+    pd.DataFrame([{"objective": "apo", "seed": s, "iterations": i, "episodes": 64 * i, "test_success": v,
+                   "test_score": 0.5, "test_steps": 5.0, "train_seconds": 200.0}
+                  for s, i, v in [(0, 8, 0.0), (1, 6, 0.345)]]).to_csv(tmp_path / "apo_gpu_sloppy_gpu_seeds.csv",
+                                                                          index=False)
+    lines = gpu_table(tmp_path).splitlines()
+    assert lines[4] == ("| pi_ref (smollm2-135m, imitation, options ignored in 50%) | GPU Y | - | 46.0% | 0.870 | 3.94 "
+                        "| 400 steps x 8 chats, lr 2e-05 | 61 |")
+    assert lines[5] == "| apo | GPU Y | 2 | 0.0%, 34.5% | 0.500 | 5.00 | 6-8 iterations x 64 episodes, lr 5e-05 | 200 |"
 
 
 def test_generalization_table_gives_each_group_its_gain(tmp_path):

@@ -321,26 +321,44 @@ def ref_sweep_table(results: Path = RESULTS_DIR) -> str | None:
     return _markdown(table)
 
 
+GPU_RUNS = (("gpu_run.json", "apo_gpu_seeds.csv"), ("gpu_sloppy_run.json", "apo_gpu_sloppy_gpu_seeds.csv"))
+"""The ``gpu`` profile's runs on lent GPUs: (the run's details, its seeds' table), one pair per pi_ref."""
+
+
+def _iterations(runs: pd.DataFrame) -> str:
+    low, high = int(runs["iterations"].min()), int(runs["iterations"].max())
+    return f"{low}" if low == high else f"{low}-{high}"
+
+
 def gpu_table(results: Path = RESULTS_DIR) -> str | None:
-    """The ``gpu`` profile's run on a GPU: SmolLM2's imitation pi_ref and A*PO from it (``gpu_run.json``, the
-    device and pi_ref's training; ``apo_gpu_seeds.csv``, the test rows)."""
-    run_path, seeds_path = results / "gpu_run.json", results / "apo_gpu_seeds.csv"
-    if not (run_path.exists() and seeds_path.exists()):
-        return None
-    run, df = json.loads(run_path.read_text()), pd.read_csv(seeds_path)
-    ref, device = run["pi_ref"], run["device"].split(" (")[0]  # the card's name, without the versions
-    rows = [{"policy": f"pi_ref ({run['model']}, imitation)", "device": device,
-             "seeds": "-", "test success": f"{ref['test_success_rate']:.1%}", "test mean score": f"{ref['test_mean_score']:.3f}",
-             "mean steps": f"{ref['test_mean_steps']:.2f}",
-             "training": f"{ref['sft_steps']} steps x {ref['sft_batch']} chats, lr {ref['lr']:g}",
-             "training s": f"{ref['train_seconds']:.0f}"}]
-    for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
-        rows.append({"policy": objective, "device": device, "seeds": len(runs),
-                     "test success": ", ".join(f"{v:.1%}" for v in runs["test_success"]),
-                     "test mean score": f"{runs['test_score'].mean():.3f}", "mean steps": f"{runs['test_steps'].mean():.2f}",
-                     "training": f"{int(runs['iterations'].iloc[0])} iterations x {int(runs['episodes'].iloc[0] // runs['iterations'].iloc[0])} episodes",
-                     "training s": f"{runs['train_seconds'].mean():.0f}"})
-    return _markdown(pd.DataFrame(rows))
+    """The ``gpu`` profile's runs on GPUs: SmolLM2's imitation pi_ref and A*PO from it, one block per run in
+    ``GPU_RUNS`` whose two files exist (the ``*_run.json``: the device and pi_ref's training and test result; the
+    seeds' table: the A*PO rows, with the learning rate its ``apo_command`` or ``commands`` set). Seeds stopped by
+    ``max_minutes`` give their range of iterations."""
+    rows = []
+    for run_name, seeds_name in GPU_RUNS:
+        run_path, seeds_path = results / run_name, results / seeds_name
+        if not (run_path.exists() and seeds_path.exists()):
+            continue
+        run, df = json.loads(run_path.read_text()), pd.read_csv(seeds_path)
+        ref, device = run["pi_ref"], run["device"].split(" (")[0]  # the card's name, without the versions
+        demonstrator = f", {run['demonstrator']}" if run.get("demonstrator") else ""
+        rows.append({"policy": f"pi_ref ({run['model']}, imitation{demonstrator})", "device": device,
+                     "seeds": "-", "test success": f"{ref['test_success_rate']:.1%}",
+                     "test mean score": f"{ref['test_mean_score']:.3f}", "mean steps": f"{ref['test_mean_steps']:.2f}",
+                     "training": f"{ref['sft_steps']} steps x {ref['sft_batch']} chats, lr {ref['lr']:g}",
+                     "training s": f"{ref['train_seconds']:.0f}"})
+        lr = re.search(r"\blr=(\S+)", " ".join([run.get("apo_command", ""), *run.get("commands", [])]))
+        for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
+            per_iteration = int(runs["episodes"].iloc[0] // runs["iterations"].iloc[0])
+            rows.append({"policy": objective, "device": device, "seeds": len(runs),
+                         "test success": ", ".join(f"{v:.1%}" for v in runs["test_success"]),
+                         "test mean score": f"{runs['test_score'].mean():.3f}",
+                         "mean steps": f"{runs['test_steps'].mean():.2f}",
+                         "training": f"{_iterations(runs)} iterations x {per_iteration} episodes"
+                                     + (f", lr {float(lr.group(1)):g}" if lr else ""),
+                         "training s": f"{runs['train_seconds'].mean():.0f}"})
+    return _markdown(pd.DataFrame(rows)) if rows else None
 
 
 def generalization_table(results: Path = RESULTS_DIR) -> str | None:

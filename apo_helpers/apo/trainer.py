@@ -585,23 +585,36 @@ class Trainer:
             self._log_eval()
         bar = tqdm(total=self.iterations, initial=state.iteration, desc=f"{self.objective_name} seed {self.seed}",
                    disable=not (progress and self.accelerator.is_main_process))
+        start = time.perf_counter()
         while state.iteration < self.iterations:
             row = self.iteration()
             state.iteration += 1
             state.history = pd.concat([state.history, pd.DataFrame([row])], ignore_index=True)
-            if self.evaluator is not None and (state.iteration % config.eval_every == 0
-                                               or state.iteration == self.iterations):
+            last = state.iteration == self.iterations or self._out_of_time(start)
+            if self.evaluator is not None and (state.iteration % config.eval_every == 0 or last):
                 self._log_eval()
-            if self.out_dir is not None and (state.iteration % config.checkpoint_every == 0
-                                             or state.iteration == self.iterations):
+            if self.out_dir is not None and (state.iteration % config.checkpoint_every == 0 or last):
                 if self.accelerator.is_main_process:  # the replicas are identical: one writes
                     self.save_checkpoint()
                 self.accelerator.wait_for_everyone()
             bar.update(1)
             val = {"val": f"{state.evals['success'].iloc[-1]:.2f}"} if not state.evals.empty else {}
             bar.set_postfix(reward=f"{row['reward']:.2f}", success=f"{row['success']:.2f}", kl=f"{row['kl']:.2f}", **val)
+            if last:
+                break
         bar.close()
         return state
+
+    def _out_of_time(self, start: float) -> bool:
+        """Past ``max_minutes`` since this call of ``run`` began on any process's clock: the vote is summed over the
+        processes, so that every one stops after the same iteration."""
+        if self.config.max_minutes <= 0:
+            return False
+        late = torch.tensor(float(time.perf_counter() - start > 60 * self.config.max_minutes),
+                            device=self.accelerator.device)
+        if self.world > 1:
+            late = self.accelerator.reduce(late, reduction="sum")
+        return bool(late.item() > 0)
 
     def _log_eval(self):
         row = self.evaluate()
