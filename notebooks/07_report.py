@@ -161,6 +161,10 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
     "apo_sloppy_h192_gsvk1024_b03": ("options ignored, 2.3M-parameter model", "the demonstrations that ignore the "
                                      "options half the time by a tiny Llama of hidden size 192 (`train-ref --model "
                                      "hidden_size=192 intermediate_size=576`)", HELD),
+    "apo_sloppy_h192_seed1_gsvk1024_b03": ("options ignored, 2.3M-parameter model, init seed 1", "the demonstrations "
+                                           "that ignore the options half the time by a tiny Llama of hidden size 192 "
+                                           "from other initial weights and batch order (`train-ref --model "
+                                           "hidden_size=192 intermediate_size=576 --seed 1`)", HELD),
     "apo_sloppy_h256_gsvk512_b03": ("options ignored, 3.9M-parameter model", "the demonstrations that ignore the "
                                     "options half the time by a tiny Llama of hidden size 256 (`train-ref --model "
                                     "hidden_size=256 intermediate_size=768`)", f"{HELD}, stage 1 on 512 goals")}
