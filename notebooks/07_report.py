@@ -189,7 +189,9 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_gsvko03_b03": ("options ignored, retrained", f"{HELD}, {DRAWN}"),
     "apo_sloppy_gsvko03_b03_it120": ("options ignored, retrained", f"{HELD}, {DRAWN}, 120 iterations"),
     "apo_selected_gsvko03_b03": ("options ignored, selection shown, retrained", f"{HELD}, {DRAWN}"),
-    "apo_sloppy_h192_gsvk1024_b03_it120": ("options ignored, 2.3M-parameter model", f"{HELD}, 120 iterations")}
+    "apo_sloppy_h192_gsvk1024_b03_it120": ("options ignored, 2.3M-parameter model", f"{HELD}, 120 iterations"),
+    "apo_sloppy_h192_seed1_gsvk1024_b03_it120": ("options ignored, 2.3M-parameter model, init seed 1",
+                                                 f"{HELD}, 120 iterations")}
 own_ref_tables, own_ref_rows = {}, {}  # pi_ref label -> its seeds table, its A*PO row's label
 for name, (what, imitated, *recipe) in OWN_REF_RUNS.items():
     path = RESULTS_DIR / f"{name}_class_seeds.csv"
