@@ -606,15 +606,12 @@ class Trainer:
         return state
 
     def _out_of_time(self, start: float) -> bool:
-        """Past ``max_minutes`` since this call of ``run`` began on any process's clock: the vote is summed over the
-        processes, so that every one stops after the same iteration."""
+        """Past ``max_minutes`` since this call of ``run`` began on any process's clock (the vote is averaged over the
+        processes, so that every one stops after the same iteration)."""
         if self.config.max_minutes <= 0:
             return False
-        late = torch.tensor(float(time.perf_counter() - start > 60 * self.config.max_minutes),
-                            device=self.accelerator.device)
-        if self.world > 1:
-            late = self.accelerator.reduce(late, reduction="sum")
-        return bool(late.item() > 0)
+        late = float(time.perf_counter() - start > 60 * self.config.max_minutes)
+        return bool(self._mean_over_processes(torch.tensor(late, device=self.accelerator.device)) > 0)
 
     def _log_eval(self):
         row = self.evaluate()
