@@ -44,6 +44,8 @@ def main(ref_dir: str, vstar_dir: str, out_dir: str) -> None:
             "processes": accelerator.num_processes, "loss": loss.item(), "grad_norm": float(grad_norm),
             "rewards": [t.reward for t in trajectories]}))
     accelerator.wait_for_everyone()
+    # tear gloo down before the interpreter exits: left to the exit handlers, its threads can abort process 0
+    accelerator.end_training()
 
 
 if __name__ == "__main__":
