@@ -165,6 +165,10 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
                                            "that ignore the options half the time by a tiny Llama of hidden size 192 "
                                            "from other initial weights and batch order (`train-ref --model "
                                            "hidden_size=192 intermediate_size=576 --seed 1`)", HELD),
+    "apo_sloppy_h192_seed2_gsvk1024_b03": ("options ignored, 2.3M-parameter model, init seed 2", "the demonstrations "
+                                           "that ignore the options half the time by a tiny Llama of hidden size 192 "
+                                           "from other initial weights and batch order (`train-ref --model "
+                                           "hidden_size=192 intermediate_size=576 --seed 2`)", HELD),
     "apo_sloppy_h256_gsvk512_b03": ("options ignored, 3.9M-parameter model", "the demonstrations that ignore the "
                                     "options half the time by a tiny Llama of hidden size 256 (`train-ref --model "
                                     "hidden_size=256 intermediate_size=768`)", f"{HELD}, stage 1 on 512 goals")}
@@ -191,6 +195,8 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_selected_gsvko03_b03": ("options ignored, selection shown, retrained", f"{HELD}, {DRAWN}"),
     "apo_sloppy_h192_gsvk1024_b03_it120": ("options ignored, 2.3M-parameter model", f"{HELD}, 120 iterations"),
     "apo_sloppy_h192_seed1_gsvk1024_b03_it120": ("options ignored, 2.3M-parameter model, init seed 1",
+                                                 f"{HELD}, 120 iterations"),
+    "apo_sloppy_h192_seed2_gsvk1024_b03_it120": ("options ignored, 2.3M-parameter model, init seed 2",
                                                  f"{HELD}, 120 iterations")}
 own_ref_tables, own_ref_rows = {}, {}  # pi_ref label -> its seeds table, its A*PO row's label
 for name, (what, imitated, *recipe) in OWN_REF_RUNS.items():
