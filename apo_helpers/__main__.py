@@ -376,15 +376,6 @@ def _main_process() -> bool:
     return PartialState().is_main_process
 
 
-def _end_process_group() -> None:
-    """Tear the launcher's process group down once the processes share no more work: left to the interpreter's
-    exit, gloo's threads can abort a process that has already finished (SIGABRT)."""
-    import torch.distributed
-
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
-
-
 def cmd_train(args) -> int:
     """RAGEN's loop with an objective (A*PO by default), one run per seed, then greedy test results."""
     import pandas as pd
@@ -407,8 +398,12 @@ def cmd_train(args) -> int:
         rows.append(metrics)
         if _main_process():
             print(json.dumps(metrics), flush=True)
+    from accelerate import PartialState
+
     main_process = _main_process()
-    _end_process_group()
+    # the processes share no more work: end the launcher's group now, since left to the interpreter's exit, gloo's
+    # threads can abort a process that has already finished (SIGABRT); a no-op without a launcher
+    PartialState().destroy_process_group()
     if not main_process:  # under `accelerate launch`: process 0 reports
         return 0
     if not args.skip_ref:
