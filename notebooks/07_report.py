@@ -171,7 +171,12 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
                                            "hidden_size=192 intermediate_size=576 --seed 2`)", HELD),
     "apo_sloppy_h256_gsvk512_b03": ("options ignored, 3.9M-parameter model", "the demonstrations that ignore the "
                                     "options half the time by a tiny Llama of hidden size 256 (`train-ref --model "
-                                    "hidden_size=256 intermediate_size=768`)", f"{HELD}, stage 1 on 512 goals")}
+                                    "hidden_size=256 intermediate_size=768`)", f"{HELD}, stage 1 on 512 goals"),
+    "apo_sloppy_h256_seed1_gsvk512_b03": ("options ignored, 3.9M-parameter model, init seed 1", "the demonstrations "
+                                          "that ignore the options half the time by a tiny Llama of hidden size 256 "
+                                          "from other initial weights and batch order (`train-ref --model "
+                                          "hidden_size=256 intermediate_size=768 --seed 1`)",
+                                          f"{HELD}, stage 1 on 512 goals")}
 SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's label, the recipe's change)
     "apo_rerun_gsv1024_b01": ("full expert, retrained", "beta2 0.01"),
     "apo_rerun_gsv1024_b01_it120": ("full expert, retrained", "beta2 0.01, 120 iterations"),
@@ -199,7 +204,9 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_h192_seed2_gsvk1024_b03_it120": ("options ignored, 2.3M-parameter model, init seed 2",
                                                  f"{HELD}, 120 iterations"),
     "apo_sloppy_h192_seed2_gsvk1024_b03_it180": ("options ignored, 2.3M-parameter model, init seed 2",
-                                                 f"{HELD}, 180 iterations")}
+                                                 f"{HELD}, 180 iterations"),
+    "apo_sloppy_h256_seed1_gsvk512_b03_it120": ("options ignored, 3.9M-parameter model, init seed 1",
+                                                f"{HELD}, stage 1 on 512 goals, 120 iterations")}
 own_ref_tables, own_ref_rows = {}, {}  # pi_ref label -> its seeds table, its A*PO row's label
 for name, (what, imitated, *recipe) in OWN_REF_RUNS.items():
     path = RESULTS_DIR / f"{name}_class_seeds.csv"
