@@ -1665,9 +1665,9 @@ if selected_probe.exists():
 # ```
 #
 # Two more 2.3M π_refs come from `train-ref ... --seed 1` and `--seed 2` (other initial weights and batch order),
-# a second 3.9M π_ref from `--seed 1`, and the held recipe from each as from the first of its size. The table sets them beside the held recipe from three 1.1M-parameter π_refs of
-# the same demonstrations, each row pair with its own π_ref; the figure draws each seed of the first 2.3M run, of
-# the 3.9M run and of one 1.1M run.
+# a second 3.9M π_ref from `--seed 1`, and the held recipe from each as from the first of its size. The table sets
+# them beside the held recipe from three 1.1M-parameter π_refs of the same demonstrations, each row pair with its
+# own π_ref; the figure draws each seed of the first 2.3M run, of the first 3.9M run and of one 1.1M run.
 
 # %%
 WIDER_TABLES = {"apo_sloppy_gsvk1024_b03_rerun": "1.1M, π_ref retrained in place",
@@ -1706,7 +1706,7 @@ else:
 #
 # The 2.3M π_refs, with the full 1,024 stage-1 goals, sit between the two: all three start among the 1.1M π_refs,
 # their seeds agree with each other about as closely as the 1.1M runs' do, and the mean gain from each lies above
-# every 1.1M π_ref's, as high as the 3.9M one's at most. The three 2.3M π_refs' gains are close to each other: at
+# every 1.1M π_ref's, as high as the first 3.9M one's at most. The three 2.3M π_refs' gains are close to each other: at
 # this size the gain is not one π_ref's luck. The first two's seeds click options about as often as those from the
 # 1.1M π_ref retrained in place, the third's less often, from a π_ref that clicked them least (the options
 # columns); all hold the goals that ask for no option about where their π_ref had them or a little above. Greedy
@@ -1843,6 +1843,7 @@ else:
 #   for one, bounds what RL adds from it.
 # - A wider tiny Llama (3.9M parameters, section 8) imitates the skipping habit more faithfully and starts lower;
 #   the held recipe from it gains more on average than from the 1.1M π_refs, one seed of three by the target's ten
-#   points, but its seeds spread widely and the mean stays short of the target. At 2.3M parameters three π_refs
-#   start among the 1.1M ones and the gains from all three lie above the 1.1M π_refs', close to each other, their
-#   seeds as close as the 1.1M runs': more with size, short of the target at each.
+#   points, but the mean stays short of the target; from a second 3.9M π_ref its seeds agree closely and gain a
+#   little less. At 2.3M parameters three π_refs start among the 1.1M ones and the gains from all three lie above
+#   the 1.1M π_refs', close to each other, their seeds as close as the 1.1M runs': more from 1.1M to 2.3M, no more
+#   at 3.9M, short of the target at each.
