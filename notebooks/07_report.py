@@ -206,7 +206,11 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_h192_seed2_gsvk1024_b03_it180": ("options ignored, 2.3M-parameter model, init seed 2",
                                                  f"{HELD}, 180 iterations"),
     "apo_sloppy_h256_seed1_gsvk512_b03_it120": ("options ignored, 3.9M-parameter model, init seed 1",
-                                                f"{HELD}, stage 1 on 512 goals, 120 iterations")}
+                                                f"{HELD}, stage 1 on 512 goals, 120 iterations"),
+    "apo_sloppy_h256_seed1_gsvk1024_b03": ("options ignored, 3.9M-parameter model, init seed 1",
+                                           f"{HELD}, stage 1 on 1,024 goals"),
+    "apo_sloppy_h256_seed1_gsvk1024_b03_it120": ("options ignored, 3.9M-parameter model, init seed 1",
+                                                 f"{HELD}, stage 1 on 1,024 goals, 120 iterations")}
 own_ref_tables, own_ref_rows = {}, {}  # pi_ref label -> its seeds table, its A*PO row's label
 for name, (what, imitated, *recipe) in OWN_REF_RUNS.items():
     path = RESULTS_DIR / f"{name}_class_seeds.csv"
