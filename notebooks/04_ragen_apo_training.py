@@ -734,7 +734,8 @@ for count, name in DEMO_TABLES.items():
 # the last three runs are section 8's, the same recipe at β₂ = 0.03, the last two on the goals whose rewards vary, the
 # last of all 120 iterations with the search turn anchored) tells them apart. The same command with `--run
 # runs/apo_sloppy_h256_seed1_gsvk512_b03_it120_class runs/apo_sloppy_h256_seed1_gsvk1024_b03_it120_class` adds
-# section 8's held recipe from the second 3.9M-parameter π_ref, 120 iterations on 203 and on 402 practised goals. It
+# section 8's held recipe from the second 3.9M-parameter π_ref, 120 iterations on 203 and on 402 practised goals,
+# and with `--run runs/apo_sloppy_h192_seed1_gsvk1024_b03_it120_class` the same recipe from the second 2.3M π_ref. It
 # plays π_ref and each seed's final policy greedily on three groups of goals: the goals the run trained on; every
 # val and test goal; and those val and test goals on which π_ref's 8 samples, drawn as in stage 1, disagree, the
 # held-out goals chosen by the rule that chose the training goals, so that before training the two groups are
@@ -823,7 +824,9 @@ if generalization_path.exists():
 # whose samples disagree as on the goals they practised: what they learn carries over. But that π_ref disagrees
 # with itself on fewer unseen goals than the 1.1M options-skipping π_ref, and the ceiling from them (the table
 # above) lies under the target's ten points: from this π_ref, sharpening what it already samples cannot reach the
-# target, and its seeds realise about half of that ceiling.
+# target, and its seeds realise about half of that ceiling. The second 2.3M π_ref disagrees with itself on more
+# unseen goals, and its ceiling comes to about the target: at no size measured does sharpening what π_ref already
+# samples leave room well above the ten points.
 #
 # ### What the target asks of this model
 #
