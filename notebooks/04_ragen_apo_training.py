@@ -820,8 +820,8 @@ if generalization_path.exists():
 # less well on every group of unseen goals (the printed gains): the extra iterations fitted the goals practised
 # without carrying further to new ones.
 #
-# The two runs from section 8's second 3.9M π_ref (named `apo_sloppy_h256_seed1_...`) gain about as much on the unseen goals
-# whose samples disagree as on the goals they practised: what they learn carries over. But that π_ref disagrees
+# The two runs from section 8's second 3.9M π_ref (named `apo_sloppy_h256_seed1_...`) gain about as much on the
+# unseen goals whose samples disagree as on the goals they practised: what they learn carries over. But that π_ref disagrees
 # with itself on fewer unseen goals than the 1.1M options-skipping π_ref, and the ceiling from them (the table
 # above) lies under the target's ten points: from this π_ref, sharpening what it already samples cannot reach the
 # target, and its seeds realise about half of that ceiling. The second 2.3M π_ref disagrees with itself on more
@@ -1684,9 +1684,9 @@ if selected_probe.exists():
 # Two more 2.3M π_refs come from `train-ref ... --seed 1` and `--seed 2` (other initial weights and batch order),
 # a second 3.9M π_ref from `--seed 1`, and the held recipe from each as from the first of its size; from the second
 # 3.9M π_ref also with stage 1 on 1,024 goals, as the smaller π_refs practise (`apo_sloppy_h256_seed1_gsvk1024_b03`,
-# the README's commands). The table sets
-# them beside the held recipe from three 1.1M-parameter π_refs of the same demonstrations, each row pair with its
-# own π_ref; the figure draws each seed of the first 2.3M run, of the first 3.9M run and of one 1.1M run.
+# the README's commands). The table sets them beside the held recipe from three 1.1M-parameter π_refs of the same
+# demonstrations, each row pair with its own π_ref; the figure draws each seed of the first 2.3M run, of the first
+# 3.9M run and of one 1.1M run.
 
 # %%
 WIDER_TABLES = {"apo_sloppy_gsvk1024_b03_rerun": "1.1M, π_ref retrained in place",
@@ -1867,6 +1867,6 @@ else:
 # - A wider tiny Llama (3.9M parameters, section 8) imitates the skipping habit more faithfully and starts lower;
 #   the held recipe from it gains more on average than from the 1.1M π_refs, one seed of three by the target's ten
 #   points, but the mean stays short of the target; from a second 3.9M π_ref its seeds agree closely and gain a
-#   little less, and less again when stage 1 keeps twice as many goals to practise. At 2.3M parameters three π_refs start among the 1.1M ones and the gains from all three lie above
-#   the 1.1M π_refs', close to each other, their seeds as close as the 1.1M runs': more from 1.1M to 2.3M, no more
-#   at 3.9M, short of the target at each.
+#   little less, and less again when stage 1 keeps twice as many goals to practise. At 2.3M parameters three
+#   π_refs start among the 1.1M ones and the gains from all three lie above the 1.1M π_refs', close to each other,
+#   their seeds as close as the 1.1M runs': more from 1.1M to 2.3M, no more at 3.9M, short of the target at each.
