@@ -355,7 +355,8 @@ def cmd_generalization(args) -> int:
     profile = get_profile(args.profile)
     tables = [seen_and_unseen(run, profile, vstar_dir=args.vstar, unseen_goals=args.goals, progress=not args.json)
               for run in args.run]
-    tables += [reference_only(ref, profile, unseen_goals=args.goals, progress=not args.json) for ref in args.ref]
+    tables += [reference_only(ref, profile, unseen_goals=args.goals, progress=not args.json, vstar_dir=args.vstar)
+               for ref in args.ref]
     table = pd.concat(tables, ignore_index=True)
     gains, ceiling = generalization_gains(table), sharpening_ceiling(table)
     if args.json:
@@ -682,7 +683,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", nargs="*", default=[], help="folders of finished `train` runs (seed_*/policy inside)")
     p.add_argument("--ref", nargs="*", default=[], help="pi_ref folders measured alone on the unseen goals (the "
                    "profile's sampling settings), e.g. when a run's policies were not kept")
-    p.add_argument("--vstar", default="runs/vstar", help="the V* cache the runs trained from")
+    p.add_argument("--vstar", default="runs/vstar", help="the V* cache the runs trained from; pi_ref's samples of the "
+                   "unseen goals are cached there too")
     p.add_argument("--goals", type=int, default=None, help="unseen goals per held-out split (default: all)")
     p.add_argument("--profile", default=None, help="ci | class | gpu (default: $APO_PROFILE or class)")
     p.add_argument("--save", action="store_true", help="merge the rows into data/results/generalization_<profile>.csv")

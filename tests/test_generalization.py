@@ -125,3 +125,27 @@ def test_reference_only_measures_the_unseen_groups_of_a_pi_ref(ci_ref_dir):
     assert list(table["goals"]) == list(GROUPS[1:]) and set(table["policy"]) == {"pi_ref"}
     assert table.set_index("goals").loc["unseen, all", "n_goals"] == 6
     assert (table["run"] == ci_ref_dir.name).all()
+
+
+def test_cached_unseen_samples_pick_the_same_goals_and_load_the_second_time(tmp_path, monkeypatch, ci_ref_dir):
+    from apo_helpers.apo import vstar
+    from apo_helpers.config import seed_everything
+
+    model, tokenizer = load_policy(ci_ref_dir, "cpu")
+    goals = default_catalog().split("val")[:6]
+    seed_everything(P.seed)
+    rewards, _ = vstar.sample_rewards(model, tokenizer, goals, P.apo.vstar_samples, P, P.apo.vstar_temperature,
+                                      progress=False)
+    seed_everything(P.seed)
+    drawn = disagreeing_goals(model, tokenizer, goals, P, progress=False)
+    cached = disagreeing_goals(model, tokenizer, goals, P, progress=False, cache_dir=tmp_path)
+    [folder] = [f.parent for f in tmp_path.glob("*/vstar.csv")]
+    assert list(vstar.load_vstar(folder).table["rewards"]) == [[round(x, 6) for x in r] for r in rewards]
+    assert [g.index for g in cached] == [g.index for g in drawn]  # the same seed, the same samples
+
+    def no_sampling(*args, **kwargs):
+        raise AssertionError("sampled again despite the cache")
+
+    monkeypatch.setattr(vstar, "sample_rewards", no_sampling)
+    again = disagreeing_goals(model, tokenizer, goals, P, progress=False, cache_dir=tmp_path)
+    assert [g.index for g in again] == [g.index for g in drawn]

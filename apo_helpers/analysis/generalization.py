@@ -57,14 +57,22 @@ def run_seeds(run_dir) -> list[dict]:
     return sorted(seeds, key=lambda s: s["seed"])
 
 
-def disagreeing_goals(model, tokenizer, goals, profile: Profile, progress: bool = True):
+def disagreeing_goals(model, tokenizer, goals, profile: Profile, progress: bool = True, cache_dir=None):
     """The goals among ``goals`` on which N samples of ``model``, drawn as stage 1 draws them, include a success and
-    a failure (the rule of ``APOConfig.keep_disagreeing``, applied by the same ``filter_goals``)."""
+    a failure (the rule of ``APOConfig.keep_disagreeing``, applied by the same ``filter_goals``).
+
+    With ``cache_dir`` the samples are stage 1's on these goals (seeded with the profile's seed, as without it), kept
+    under the same kind of key as a V* table: every run from one pi_ref and sampling settings shares them instead of
+    drawing them again (minutes per run at the larger sizes)."""
+    only_disagreeing = dataclasses.replace(profile.apo, keep_disagreeing=True, keep_varying=False, drop_unsolved=False)
+    if cache_dir is not None:
+        return stage1(model, tokenizer, dataclasses.replace(profile, apo=only_disagreeing), cache_dir, goals=goals,
+                      seed=profile.seed, progress=progress).goals()
     config = profile.apo
     rewards, _ = sample_rewards(model, tokenizer, goals, config.vstar_samples, profile, config.vstar_temperature,
                                 progress)
     table = VStarTable(vstar_table(goals, rewards, config.beta1), key="held-out")
-    return filter_goals(table, dataclasses.replace(config, keep_disagreeing=True, drop_unsolved=False)).goals()
+    return filter_goals(table, only_disagreeing).goals()
 
 
 def greedy_results(model, tokenizer, goals, profile: Profile, progress=None) -> dict:
@@ -95,29 +103,30 @@ def seen_and_unseen(run_dir, profile: Profile, vstar_dir=RUNS_DIR / "vstar", run
         raise ValueError(f"{run_dir} trained on the V* table {first['vstar_key']}, but its pi_ref ({ref_dir}) and "
                          f"settings give {trained.key}: is {ref_dir} the pi_ref it started from?")
     groups = {"trained on": trained.goals(),
-              **unseen_groups(ref_model, tokenizer, profile, unseen_splits, unseen_goals, progress)}
+              **unseen_groups(ref_model, tokenizer, profile, unseen_splits, unseen_goals, progress, vstar_dir)}
     policies = [("pi_ref", ref_model)] + [(f"seed {s['seed']}", s["folder"] / "policy") for s in seeds]
     return _greedy_rows(policies, tokenizer, groups, profile, run_dir.name, first["ref"], progress)
 
 
 def reference_only(ref_dir, profile: Profile, unseen_splits=("val", "test"), unseen_goals: int | None = None,
-                   progress: bool = True) -> pd.DataFrame:
+                   progress: bool = True, vstar_dir=None) -> pd.DataFrame:
     """The unseen groups of ``seen_and_unseen`` for a pi_ref alone (the profile's sampling settings): how many held-out
     goals a run from it could sharpen, before any run exists or when its policies were not kept. The rows' run is
     the pi_ref folder's name."""
     ref_dir = Path(ref_dir)
     profile = with_rendering(profile, ref_dir)
     ref_model, tokenizer = load_policy(ref_dir, device())
-    groups = unseen_groups(ref_model, tokenizer, profile, unseen_splits, unseen_goals, progress)
+    groups = unseen_groups(ref_model, tokenizer, profile, unseen_splits, unseen_goals, progress, vstar_dir)
     return _greedy_rows([("pi_ref", ref_model)], tokenizer, groups, profile, ref_dir.name, ref_dir.name, progress)
 
 
 def unseen_groups(ref_model, tokenizer, profile: Profile, splits, goals_per_split: int | None,
-                  progress: bool = True) -> dict:
-    """``{"unseen, samples disagree": [...], "unseen, all": [...]}`` over the first goals of ``splits``."""
+                  progress: bool = True, cache_dir=None) -> dict:
+    """``{"unseen, samples disagree": [...], "unseen, all": [...]}`` over the first goals of ``splits`` (pi_ref's
+    samples cached under ``cache_dir`` when given: ``disagreeing_goals``)."""
     unseen = [g for split in splits for g in policy_goals(split, goals_per_split)]
     seed_everything(profile.seed)
-    return {"unseen, samples disagree": disagreeing_goals(ref_model, tokenizer, unseen, profile, progress),
+    return {"unseen, samples disagree": disagreeing_goals(ref_model, tokenizer, unseen, profile, progress, cache_dir),
             "unseen, all": unseen}
 
 
