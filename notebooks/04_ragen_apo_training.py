@@ -735,12 +735,15 @@ for count, name in DEMO_TABLES.items():
 # last of all 120 iterations with the search turn anchored) tells them apart. The same command with `--run
 # runs/apo_sloppy_h256_seed1_gsvk512_b03_it120_class runs/apo_sloppy_h256_seed1_gsvk1024_b03_it120_class` adds
 # section 8's held recipe from the second 3.9M-parameter π_ref, 120 iterations on 203 and on 402 practised goals,
-# and with `--run runs/apo_sloppy_h192_seed1_gsvk1024_b03_it120_class` the same recipe from the second 2.3M π_ref. It
-# plays π_ref and each seed's final policy greedily on three groups of goals: the goals the run trained on; every
+# and with `--run runs/apo_sloppy_h192_seed1_gsvk1024_b03_it120_class` the same recipe from the second 2.3M π_ref,
+# with `--run runs/apo_sloppy_h192_seed1_gsvko03_b03_it120_class` the same again with option values drawn (section
+# 8's `explore_options`). It plays π_ref and each seed's final policy greedily on three groups of goals: the goals the run trained on; every
 # val and test goal; and those val and test goals on which π_ref's 8 samples, drawn as in stage 1, disagree, the
 # held-out goals chosen by the rule that chose the training goals, so that before training the two groups are
-# alike. It writes `data/results/generalization_class.csv` (the runs' final policies are not committed; the command
-# needs the run folders the `train` commands above leave).
+# alike; for a run that draws option values, π_ref's samples are drawn with the draws too, as its stage 1 drew them.
+# It writes `data/results/generalization_class.csv` (the runs' final policies are not committed; the command needs
+# the run folders the `train` commands above leave; π_ref's samples of the unseen goals are cached beside the V*
+# tables, so runs from one π_ref share them).
 
 # %%
 from apo_helpers.analysis.generalization import GROUPS, generalization_gains, sharpening_ceiling
@@ -780,7 +783,8 @@ if generalization_path.exists():
         print(f"{run_name}: gain over π_ref on the goals it trained on {by_group.loc['trained on', 'gain']:+.3f}, "
               f"on unseen goals whose samples disagree {like['gain']:+.3f}, on all unseen goals {every['gain']:+.3f}, "
               f"of which the disagreeing goals account for "
-              f"{like['gain'] * like['goals played'] / every['goals played']:+.3f}")
+              f"{like['gain'] * like['goals played'] / every['goals played']:+.3f}; share of the disagreeing goals "
+              f"π_ref's greedy play fails that the seeds solve (net) {like['gain'] / (1 - like['π_ref']):.2f}")
 else:
     print("no committed table yet: python -m apo_helpers generalization --run RUN_FOLDER ... --save")
 
@@ -827,6 +831,13 @@ if generalization_path.exists():
 # target, and its seeds realise about half of that ceiling. The second 2.3M π_ref disagrees with itself on more
 # unseen goals, and its ceiling comes to about the target: at no size measured does sharpening what π_ref already
 # samples leave room well above the ten points.
+#
+# Drawing option values (`apo_sloppy_h192_seed1_gsvko03_b03_it120`, the same 2.3M π_ref) tests whether that ceiling
+# is what holds the gain. With the draws, π_ref's samples disagree on more of the unseen goals, and the ceiling
+# rises well above the target; the seeds' gain on all unseen goals stays where the held recipe's is, and on the
+# disagreeing goals both runs turn about the same share of those π_ref's greedy play fails into successes. More goals
+# within reach did not make a run learn more of them: the limit is how much of the reachable goals one run converts,
+# not how many there are.
 #
 # ### What the target asks of this model
 #
@@ -1516,7 +1527,8 @@ if own_path.exists():  # the trained policy's own early purchases, where it stil
 # the page, not the goal), in stage 1 and in the rollouts. A*PO's least squares needs no sampling probabilities, so
 # the drawn turns train like the others. The held recipe with it, from the same π_ref, for 60 iterations (then its
 # seeds continued to 120 with `--iterations 120 --resume`, as the held recipe's were), and the probe above on its
-# 60-iteration seeds:
+# 60-iteration seeds; the tables after the first compare the same from two of section 8's 2.3M-parameter π_refs
+# (the README gives their commands):
 #
 # ```
 # python -m apo_helpers train --profile class --ref runs/pi_ref_class_skip_options_0.5 --seeds 0 1 2 \
@@ -1533,16 +1545,33 @@ EXPLORE_TABLES = {"apo_sloppy_gsvk1024_b03_rerun": "held recipe, 60 it.",
                   "apo_sloppy_gsvko03_b03": "held + explore_options, 60 it.",
                   "apo_sloppy_gsvk1024_b03_it120": "held recipe, 120 it.",
                   "apo_sloppy_gsvko03_b03_it120": "held + explore_options, 120 it."}
-explore_runs, explore_start = committed_runs(EXPLORE_TABLES)
-if len(explore_runs) > 1:
-    explore_table = pd.DataFrame({EXPLORE_TABLES[name]: seeds_summary(tables, explore_start)
-                                  for name, tables in explore_runs.items()}).T.astype(float)
-    explore_table["drawn turns (training)"] = [tables["history"]["explored_rate"].mean()
-                                               for tables in explore_runs.values()]
+EXPLORE_WIDER_TABLES = [  # the same comparison from two 2.3M-parameter π_refs (section 8's wider model)
+    {"apo_sloppy_h192_seed1_gsvk1024_b03": "2.3M seed 1: held recipe, 60 it.",
+     "apo_sloppy_h192_seed1_gsvko03_b03": "2.3M seed 1: held + explore_options, 60 it.",
+     "apo_sloppy_h192_seed1_gsvk1024_b03_it120": "2.3M seed 1: held recipe, 120 it.",
+     "apo_sloppy_h192_seed1_gsvko03_b03_it120": "2.3M seed 1: held + explore_options, 120 it."},
+    {"apo_sloppy_h192_gsvk1024_b03": "2.3M: held recipe, 60 it.",
+     "apo_sloppy_h192_gsvko03_b03": "2.3M: held + explore_options, 60 it."}]
+
+
+def explore_comparison(labels):
+    """The committed runs among ``labels``, gains over the π_ref they all start from, and the share of drawn turns
+    in their rollouts; None when fewer than two are committed."""
+    runs, start = committed_runs(labels)
+    if len(runs) < 2:
+        return None
+    table = pd.DataFrame({labels[name]: seeds_summary(tables, start) for name, tables in runs.items()}).T
+    table["drawn turns (training)"] = [tables["history"]["explored_rate"].mean() for tables in runs.values()]
+    return table.astype(float)
+
+
+for labels in [EXPLORE_TABLES, *EXPLORE_WIDER_TABLES]:
+    explore_table = explore_comparison(labels)
+    if explore_table is None:
+        print("run the commands above (and the README's) to compare:", ", ".join(labels))
+        continue
     display(explore_table.rename(columns=columns).round(3))
     print_targets(explore_table)
-else:
-    print("run the command above to compare")
 explore_probe = RESULTS_DIR / "early_purchases_explore_options_class.csv"
 if explore_probe.exists() and early_path.exists():  # the same states, temperature 1, seeds pooled
     probed = pd.concat([pd.read_csv(early_path), pd.read_csv(explore_probe)]).query("temperature == 1.0")
@@ -1559,6 +1588,12 @@ if explore_probe.exists() and early_path.exists():  # the same states, temperatu
 # states, and the draw that hits it pays, yet that click did not become the policy's own in 60 iterations: a uniform
 # draw hits the requested value once in as many tries as the option has values, and the trajectory-level
 # regression spreads that one success's credit over every token of the episode.
+#
+# From the 2.3M π_refs the draws do no better. After 60 iterations the seeds end below the held recipe's from the
+# second π_ref (fewer option clicks) and a little above it, within the seeds' spread, from the first; from both their
+# training batches succeed less often. From the second, continued to 120 iterations, they end below the held
+# recipe's mean and within its seeds' range, their spread narrower. Section 6's seen/unseen measurement of that run
+# says what the draws changed: more unseen goals on which π_ref's samples disagree, and no more of them converted.
 
 # %% [markdown]
 # ### Pages that say which option is selected
@@ -1870,3 +1905,7 @@ else:
 #   little less, and less again when stage 1 keeps twice as many goals to practise. At 2.3M parameters three
 #   π_refs start among the 1.1M ones and the gains from all three lie above the 1.1M π_refs', close to each other,
 #   their seeds as close as the 1.1M runs': more from 1.1M to 2.3M, no more at 3.9M, short of the target at each.
+# - The ceiling is not the limit either (sections 6 and 8): drawing option values from a 2.3M π_ref puts more unseen
+#   goals within reach of π_ref's samples, enough that solving them would clear the target, and the seeds convert
+#   about the same share of them as without the draws, for no more gain. What a next method has to raise is how much
+#   of the reachable goals one run learns.
