@@ -737,7 +737,9 @@ for count, name in DEMO_TABLES.items():
 # section 8's held recipe from the second 3.9M-parameter π_ref, 120 iterations on 203 and on 402 practised goals,
 # and with `--run runs/apo_sloppy_h192_seed1_gsvk1024_b03_it120_class` the same recipe from the second 2.3M π_ref,
 # with `--run runs/apo_sloppy_h192_seed1_gsvko03_b03_it120_class` the same again with option values drawn (section
-# 8's `explore_options`). It plays π_ref and each seed's final policy greedily on three groups of goals: the goals the run trained on; every
+# 8's `explore_options`), and with `--run runs/apo_sloppy_h192_gsvk1024_b03_class
+# runs/apo_sloppy_h192_gsvko03_b03_class` the held recipe and the draws from the first 2.3M π_ref after 60
+# iterations. It plays π_ref and each seed's final policy greedily on three groups of goals: the goals the run trained on; every
 # val and test goal; and those val and test goals on which π_ref's 8 samples, drawn as in stage 1, disagree, the
 # held-out goals chosen by the rule that chose the training goals, so that before training the two groups are
 # alike; for a run that draws option values, π_ref's samples are drawn with the draws too, as its stage 1 drew them.
@@ -832,12 +834,14 @@ if generalization_path.exists():
 # unseen goals, and its ceiling comes to about the target: at no size measured does sharpening what π_ref already
 # samples leave room well above the ten points.
 #
-# Drawing option values (`apo_sloppy_h192_seed1_gsvko03_b03_it120`, the same 2.3M π_ref) tests whether that ceiling
-# is what holds the gain. With the draws, π_ref's samples disagree on more of the unseen goals, and the ceiling
-# rises well above the target; the seeds' gain on all unseen goals stays where the held recipe's is, and on the
-# disagreeing goals both runs turn about the same share of those π_ref's greedy play fails into successes. More goals
-# within reach did not make a run learn more of them: the limit is how much of the reachable goals one run converts,
-# not how many there are.
+# Drawing option values (`apo_sloppy_h192_seed1_gsvko03_b03_it120` from that π_ref, `apo_sloppy_h192_gsvko03_b03`
+# from the first 2.3M π_ref, each beside the held recipe from the same π_ref) tests whether that ceiling is what
+# holds the gain. With the draws, π_ref's samples disagree on more of the unseen goals, and the ceiling rises well
+# above the target; the seeds' gain on all unseen goals stays where the held recipe's is, from both π_refs. The
+# printed shares say how: from the second π_ref both runs convert about the same share of the disagreeing goals
+# π_ref's greedy play fails, from the first the draws convert a smaller share of their larger pool. More goals within
+# reach did not make a run learn more of them: the limit is how much of the reachable goals one run converts, not
+# how many there are.
 #
 # ### What the target asks of this model
 #
@@ -1906,6 +1910,6 @@ else:
 #   π_refs start among the 1.1M ones and the gains from all three lie above the 1.1M π_refs', close to each other,
 #   their seeds as close as the 1.1M runs': more from 1.1M to 2.3M, no more at 3.9M, short of the target at each.
 # - The ceiling is not the limit either (sections 6 and 8): drawing option values from a 2.3M π_ref puts more unseen
-#   goals within reach of π_ref's samples, enough that solving them would clear the target, and the seeds convert
-#   about the same share of them as without the draws, for no more gain. What a next method has to raise is how much
-#   of the reachable goals one run learns.
+#   goals within reach of π_ref's samples, enough that solving them would clear the target, and the seeds' gain on
+#   all unseen goals does not move, from either of two π_refs. What a next method has to raise is how much of the
+#   reachable goals one run learns.
