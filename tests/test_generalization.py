@@ -9,9 +9,9 @@ import shutil
 import pandas as pd
 import pytest
 
-from apo_helpers.analysis import generalization
 from apo_helpers.analysis.generalization import (GENERALIZATION_COLUMNS, GROUPS, disagreeing_goals,
                                                  generalization_gains, run_seeds, seen_and_unseen)
+from apo_helpers.apo import vstar
 from apo_helpers.apo.vstar import stage1
 from apo_helpers.config import get_profile
 from apo_helpers.policy.models import load_policy
@@ -61,7 +61,8 @@ def test_policies_identical_to_pi_ref_score_as_pi_ref_on_every_group(tmp_path, c
 def test_held_out_goals_are_kept_by_the_training_goals_rule(monkeypatch, ci_ref_dir):
     goals = default_catalog().split("val")[:4]
     rewards = [[1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [0.5, 1.0]]  # disagree, always, never, disagree
-    monkeypatch.setattr(generalization, "sample_rewards", lambda *a, **k: (rewards, []))
+    monkeypatch.setattr(vstar, "sample_rewards", lambda *a, **k: (rewards, []))
+    monkeypatch.setattr(vstar, "weights_hash", lambda model: "no-model")
     kept = disagreeing_goals(None, None, goals, P, progress=False)
     assert [g.index for g in kept] == [goals[0].index, goals[3].index]
 
@@ -128,7 +129,6 @@ def test_reference_only_measures_the_unseen_groups_of_a_pi_ref(ci_ref_dir):
 
 
 def test_cached_unseen_samples_pick_the_same_goals_and_load_the_second_time(tmp_path, monkeypatch, ci_ref_dir):
-    from apo_helpers.apo import vstar
     from apo_helpers.config import seed_everything
 
     model, tokenizer = load_policy(ci_ref_dir, "cpu")

@@ -30,8 +30,8 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ..apo.sft import with_reference_goals
-from ..apo.vstar import VStarTable, filter_goals, sample_rewards, stage1, vstar_table
-from ..config import RUNS_DIR, Profile, device, seed_everything, with_overrides
+from ..apo.vstar import stage1
+from ..config import RUNS_DIR, Profile, device, with_overrides
 from ..policy.models import load_policy, with_rendering
 from ..policy.rollout import GREEDY, rollout
 from .evaluate import policy_goals
@@ -61,18 +61,12 @@ def disagreeing_goals(model, tokenizer, goals, profile: Profile, progress: bool 
     """The goals among ``goals`` on which N samples of ``model``, drawn as stage 1 draws them, include a success and
     a failure (the rule of ``APOConfig.keep_disagreeing``, applied by the same ``filter_goals``).
 
-    With ``cache_dir`` the samples are stage 1's on these goals (seeded with the profile's seed, as without it), kept
-    under the same kind of key as a V* table: every run from one pi_ref and sampling settings shares them instead of
+    The samples are stage 1's on these goals, seeded with the profile's seed; with ``cache_dir`` they are kept under
+    the same kind of key as a V* table, so every run from one pi_ref and sampling settings shares them instead of
     drawing them again (minutes per run at the larger sizes)."""
     only_disagreeing = dataclasses.replace(profile.apo, keep_disagreeing=True, keep_varying=False, drop_unsolved=False)
-    if cache_dir is not None:
-        return stage1(model, tokenizer, dataclasses.replace(profile, apo=only_disagreeing), cache_dir, goals=goals,
-                      seed=profile.seed, progress=progress).goals()
-    config = profile.apo
-    rewards, _ = sample_rewards(model, tokenizer, goals, config.vstar_samples, profile, config.vstar_temperature,
-                                progress)
-    table = VStarTable(vstar_table(goals, rewards, config.beta1), key="held-out")
-    return filter_goals(table, only_disagreeing).goals()
+    return stage1(model, tokenizer, dataclasses.replace(profile, apo=only_disagreeing), cache_dir, goals=goals,
+                  seed=profile.seed, progress=progress).goals()
 
 
 def greedy_results(model, tokenizer, goals, profile: Profile, progress=None) -> dict:
@@ -125,7 +119,6 @@ def unseen_groups(ref_model, tokenizer, profile: Profile, splits, goals_per_spli
     """``{"unseen, samples disagree": [...], "unseen, all": [...]}`` over the first goals of ``splits`` (pi_ref's
     samples cached under ``cache_dir`` when given: ``disagreeing_goals``)."""
     unseen = [g for split in splits for g in policy_goals(split, goals_per_split)]
-    seed_everything(profile.seed)
     return {"unseen, samples disagree": disagreeing_goals(ref_model, tokenizer, unseen, profile, progress, cache_dir),
             "unseen, all": unseen}
 
