@@ -244,6 +244,13 @@ class APOConfig:
     early-purchase probe finds the policies stop: they buy with a requested value unselected, and after one value is
     selected they sample the missing one in a few percent of continuations, where a uniform click over the whole
     page (``explore``) would rarely be it either (notebook 04 section 8)."""
+    explore_results: float = 0.0
+    """Stage 1 and the rollouts answer a results-page turn with a click on one of the page's products drawn
+    uniformly, with this probability (``Sampling.explore_results``; the draw knows nothing of the goal, and the reply
+    carries the expert's think for that click). Aimed at the purchases above the budget: a fifth of the 2.3M sloppy
+    pi_ref's greedy test episodes, and as many of its A*PO seeds', most of them with a product of the right type
+    within the budget on the same page; pi_ref's results-page choice is nearly deterministic, so its own samples
+    seldom try another product (notebook 04 section 8)."""
     explore_once: bool = False
     """With ``explore``: at most one drawn click per episode (``Sampling.explore_once``). The rest of the episode is
     the policy's own play, so its return minus V* is, to a good approximation, the advantage of that one click: the

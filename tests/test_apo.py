@@ -267,7 +267,12 @@ def test_cache_key_depends_on_what_changes_vstar(models):
                         dataclasses.replace(P.apo, greedy_search=True, explore_options=0.3), 0)
     options_once = cache_key(weights_hash(ref_model), goals,
                              dataclasses.replace(P.apo, greedy_search=True, explore_options=0.3, explore_once=True), 0)
-    assert len({base, greedy_search, explore, once, greedy_clicks, queries, options, options_once}) == 8
+    products = cache_key(weights_hash(ref_model), goals,
+                         dataclasses.replace(P.apo, greedy_search=True, explore_results=0.3), 0)
+    products_once = cache_key(weights_hash(ref_model), goals,
+                              dataclasses.replace(P.apo, greedy_search=True, explore_results=0.3, explore_once=True), 0)
+    assert len({base, greedy_search, explore, once, greedy_clicks, queries, options, options_once, products,
+                products_once}) == 10
     # explore_once without explore draws nothing: the same samples, the same key
     assert cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, explore_once=True), 0) == base
 
@@ -1019,6 +1024,9 @@ def test_greedy_pages_of_each_mode():
         greedy_pages(dataclasses.replace(CLICKING_GREEDILY.apo, explore_options=0.2))
     with pytest.raises(ValueError, match="explore_search=0.5 draws queries"):
         greedy_pages(dataclasses.replace(EXPLORING.apo, explore_search=0.5))
+    with pytest.raises(ValueError, match="explore_results=0.4 draws clicks"):
+        greedy_pages(dataclasses.replace(CLICKING_GREEDILY.apo, explore_results=0.4))
+    assert rollout_sampling(dataclasses.replace(EXPLORING.apo, explore_results=0.4), 1.0).explore_results == 0.4
     aimed = rollout_sampling(dataclasses.replace(EXPLORING.apo, explore_options=0.2, explore_once=True), 1.0)
     assert (aimed.explore_options, aimed.explore, aimed.explore_once) == (0.2, 0.5, True)
     drawing = rollout_sampling(dataclasses.replace(CLICKING_GREEDILY.apo, explore_search=0.5), 1.0)

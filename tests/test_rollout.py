@@ -428,6 +428,36 @@ def test_explore_options_draws_values_of_the_unselected_options(scripted, tokeni
     assert drawn > 0
 
 
+def test_explore_results_draws_a_product_of_the_results_page(scripted, tokenizer):
+    """``explore_results=1.0``: every results-page turn is a drawn click on one of the page's products (never paging
+    or going back), in the expert's words, nothing generated for it; item pages are left to the model. Seeded draws
+    repeat."""
+    from apo_helpers.policy.prompts import format_response
+    from apo_helpers.webshop.agents import explain, product_clicks
+
+    _, demo, _ = scripted
+    played = _played_twice(scripted, tokenizer, Sampling(greedy_pages=("search",), explore_results=1.0), 4, 6, seed=3)
+    results_turns = 0
+    for t in played:
+        for u, lp in zip(t.turns, t.sample_logprobs):
+            if "click[buy now]" in u.actions or u.actions == ["search[<query>]"]:
+                assert not u.explored  # item and search pages: the model's
+                continue
+            results_turns += 1
+            assert u.explored and lp == [] and u.valid
+            assert u.action in product_clicks(u.actions) and u.action not in ("click[next >]", "click[back to search]")
+            assert u.response == format_response(explain(u.action, "results"), u.action)
+    assert results_turns > 0
+
+
+def test_product_clicks_leave_out_paging_and_going_back():
+    from apo_helpers.webshop.agents import product_clicks
+
+    available = ["click[back to search]", "click[next >]", "click[< prev]", "click[b098cf9e3p]", "click[item 2]",
+                 "click[description]"]
+    assert product_clicks(available) == ["click[b098cf9e3p]", "click[item 2]"]
+
+
 def test_explore_search_answers_the_search_page_with_the_instruction(scripted, tokenizer):
     """``explore_search=1.0``: every sampled search turn is written for a search of the whole instruction, nothing
     generated for it; greedy search turns and the other pages are left to the model; with ``explore_once`` the

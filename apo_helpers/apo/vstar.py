@@ -91,7 +91,9 @@ def cache_key(ref_hash: str, goals: list[Goal], config: APOConfig, seed: int,
         spec["explore_search"] = config.explore_search
     if config.explore_options:
         spec["explore_options"] = config.explore_options
-    if (config.explore or config.explore_search or config.explore_options) and config.explore_once:
+    if config.explore_results:
+        spec["explore_results"] = config.explore_results
+    if drawn_turns(config) and config.explore_once:
         spec["explore_once"] = True
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -138,8 +140,10 @@ def greedy_pages(config: APOConfig) -> tuple[str, ...]:
     if config.greedy_search and config.explore_search:
         raise ValueError(f"explore_search={config.explore_search} draws queries, which greedy_search types greedily: "
                          "set explore_search=0 or greedy_search=false")
-    if config.greedy_clicks and (config.explore or config.explore_options):
-        name, rate = ("explore", config.explore) if config.explore else ("explore_options", config.explore_options)
+    clicks = [(name, getattr(config, name)) for name in ("explore", "explore_options", "explore_results")
+              if getattr(config, name)]
+    if config.greedy_clicks and clicks:
+        name, rate = clicks[0]
         raise ValueError(f"{name}={rate} draws clicks, which greedy_clicks answers greedily: "
                          f"set {name}=0 or greedy_clicks=false")
     if config.greedy_search:
@@ -150,11 +154,17 @@ def greedy_pages(config: APOConfig) -> tuple[str, ...]:
 def rollout_sampling(config: APOConfig, temperature: float) -> Sampling:
     """How stage 1 and stage 2 draw episodes: at ``temperature``, with the ``greedy_pages`` answered greedily,
     clicks drawn at random at rate ``config.explore``, values of the item's unselected options at rate
-    ``config.explore_options`` and searches for the instruction at rate ``config.explore_search`` (at most one
-    drawn turn per episode with ``config.explore_once``)."""
+    ``config.explore_options``, products of the results page at rate ``config.explore_results`` and searches for
+    the instruction at rate ``config.explore_search`` (at most one drawn turn per episode with
+    ``config.explore_once``)."""
     return Sampling(temperature=temperature, greedy_pages=greedy_pages(config), explore=config.explore,
                     explore_search=config.explore_search, explore_options=config.explore_options,
-                    explore_once=config.explore_once)
+                    explore_results=config.explore_results, explore_once=config.explore_once)
+
+
+def drawn_turns(config: APOConfig) -> bool:
+    """Whether stage 1 and the rollouts answer some turns with drawn clicks or searches instead of the model's."""
+    return bool(config.explore or config.explore_search or config.explore_options or config.explore_results)
 
 
 def sample_rewards(model, tokenizer, goals: list[Goal], samples: int, profile: Profile, temperature: float = 1.0,

@@ -20,9 +20,9 @@ import torch
 from ..config import EnvConfig, PolicyConfig
 from ..files import atomic_write_text
 from ..webshop.catalog import Catalog, Goal, default_catalog
-from ..webshop.agents import EXPLAINED_PAGES, explain, explorable_actions, instruction_search
+from ..webshop.agents import EXPLAINED_PAGES, explain, explorable_actions, instruction_search, product_clicks
 from ..webshop.env import WebShopEnv
-from ..webshop.pages import SEARCH
+from ..webshop.pages import RESULTS, SEARCH
 from .models import STOP_TEXT, stop_token_ids
 from .prompts import (Turn, build_messages, encode_chat, episode_chats, format_response, parse_response,
                       prompt_actions)
@@ -57,6 +57,12 @@ class Sampling:
     (``WebShopEnv.unselected_option_actions``; the draw knows nothing of the goal), written with the expert's think
     for it and marked ``explored``. The imitated pi_ref and the policies trained from it buy with a requested value
     still unselected and almost never sample that value's click (notebook 04 section 8)."""
+    explore_results: float = 0.0
+    """When sampling: the chance that a results-page turn is not answered by the model but by a click on one of the
+    page's products drawn uniformly (``agents.product_clicks``; the draw knows nothing of the goal: not its budget,
+    not its words), written with the expert's think for it and marked ``explored``. The imitated pi_ref's choice on
+    the results page is nearly deterministic, and a fifth of its greedy test episodes buy above the budget while a
+    product of the right type within it stands on the same page (notebook 04 section 8)."""
     explore_once: bool = False
     """Draw at most one turn per episode, a click or the search (``explore`` is then the chance at each results or
     item page until one is drawn): the episode's return then judges that one turn against what the policy makes of
@@ -242,6 +248,9 @@ def _next_turn(observation: str, info: dict, sampling: Sampling, explored_before
         clicks = option_clicks  # only item pages have unselected options
     elif page in EXPLAINED_PAGES and sampling.explore and torch.rand(()).item() < sampling.explore:
         clicks = explorable_actions(turn.actions)
+    elif (page == RESULTS and sampling.explore_results and product_clicks(turn.actions)
+          and torch.rand(()).item() < sampling.explore_results):
+        clicks = product_clicks(turn.actions)
     else:
         if page == SEARCH and sampling.explore_search and torch.rand(()).item() < sampling.explore_search:
             turn.response, turn.explored = format_response(*instruction_search(observation)), True

@@ -239,6 +239,15 @@ def explorable_actions(available: list[str]) -> list[str]:
     return [a for a in available if a.startswith("click[") and a not in _INFO_BUTTONS]
 
 
+_NAVIGATION = {"click[next >]", "click[back to search]", "click[< prev]"}
+
+
+def product_clicks(available: list[str]) -> list[str]:
+    """The clicks of a results page that open one of its products (by position or by ASIN, as the page lists
+    them): ``explorable_actions`` without paging and going back. What ``Sampling.explore_results`` draws from."""
+    return [a for a in explorable_actions(available) if a not in _NAVIGATION]
+
+
 def explain(action: str, page: str) -> str:
     """The think the expert writes for ``action`` on a ``page`` (``ExpertAgent.reason``'s words), for any click of
     ``explorable_actions``: exploration writes replies in the demonstrations' format (notebook 04 section 5)."""
