@@ -370,6 +370,25 @@ def cmd_generalization(args) -> int:
     return 0
 
 
+def cmd_purchases(args) -> int:
+    """pi_ref and each seed's final policy of one or more runs, greedy on a split: every episode's failure class and
+    what its last results page offered (analysis.purchases); with --save the rows are merged into
+    data/results/purchases_<profile>.csv."""
+    import pandas as pd
+
+    from .analysis.purchases import purchase_summary, run_purchases
+    from .files import merge_csv_rows
+
+    profile = get_profile(args.profile)
+    table = pd.concat([run_purchases(run, profile, args.split, args.episodes) for run in args.run], ignore_index=True)
+    print(purchase_summary(table).round(1).to_string())
+    if args.save:
+        path = RESULTS_DIR / f"purchases_{profile.name}.csv"
+        merge_csv_rows(path, table.to_dict("records"), ["run", "policy", "split", "goal_index"])
+        print(f"saved {path}")
+    return 0
+
+
 def _main_process() -> bool:
     """False in every process but the first under ``accelerate launch`` / ``torchrun``."""
     from accelerate import PartialState
@@ -690,6 +709,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save", action="store_true", help="merge the rows into data/results/generalization_<profile>.csv")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_generalization)
+
+    p = sub.add_parser("purchases", help="a run's pi_ref and final policies, greedy: each episode's failure class "
+                       "and what its last results page offered")
+    p.add_argument("--run", nargs="+", required=True, help="folders of finished `train` runs (seed_*/policy inside)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--episodes", type=int, default=200, help="first goals of the split")
+    p.add_argument("--profile", default=None, help="ci | class | gpu (default: $APO_PROFILE or class)")
+    p.add_argument("--save", action="store_true", help="merge the rows into data/results/purchases_<profile>.csv")
+    p.set_defaults(func=cmd_purchases)
 
     p = sub.add_parser("train", help="RAGEN's loop with A*PO (or another objective), one run per seed")
     p.add_argument("--objective", default="apo", help="objective name (apo)")

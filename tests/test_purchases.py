@@ -1,0 +1,86 @@
+"""What the last results page offered a purchase (``analysis.purchases``): hand-built pages and a fake catalog, and
+the per-run summary's counts."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from apo_helpers.analysis.evaluate import Episode
+from apo_helpers.analysis.purchases import PURCHASE_COLUMNS, purchase_rows, purchase_summary, results_offer
+from apo_helpers.policy.prompts import Turn, format_response
+from apo_helpers.policy.rollout import Trajectory
+from apo_helpers.webshop.catalog import Goal
+from apo_helpers.webshop.reward import RewardBreakdown
+
+SEP = " [SEP] "
+INSTRUCTION = "i need a zip up hoodie, in black, and price lower than 50.00 dollars"
+SEARCH_PAGE = SEP.join(["WebShop", "Instruction:", INSTRUCTION, "Search"])
+ITEM_PAGE = SEP.join(["Instruction:", INSTRUCTION, "Back to Search", "< Prev", "color", "black", "gray",
+                      "Acme Hoodie - fleece", "Price: $60.00", "Buy Now"])
+GOAL = Goal(instruction=INSTRUCTION, asin="B0CCCCCCCC", product_type="hoodie", category=["clothing"],
+            attributes=["zip up"], options={"color": "black"}, price_upper=50.0,
+            target_title="Solace Hoodie - zip up", split="test", index=7)
+CATALOG = SimpleNamespace(by_asin={
+    "B0AAAAAAAA": SimpleNamespace(product_type="hoodie", price=45.0),
+    "B0BBBBBBBB": SimpleNamespace(product_type="hoodie", price=60.0),
+    "B0CCCCCCCC": SimpleNamespace(product_type="hoodie", price=40.0),
+    "B0DDDDDDDD": SimpleNamespace(product_type="scarf", price=10.0)})
+
+
+def results_page(*asins: str) -> str:
+    listed = [x for a in asins for x in (a, f"{a} title", f"${CATALOG.by_asin[a].price:.2f}")]
+    return SEP.join(["Instruction:", INSTRUCTION, "Back to Search", "Page 1 (Total results: 9)", "Next >", *listed])
+
+
+def over_budget(*pages: str) -> Trajectory:
+    """A purchase of B0BBBBBBBB (over the budget) after the given results pages."""
+    observations = [SEARCH_PAGE, *pages, ITEM_PAGE, ITEM_PAGE]
+    actions = ["search[hoodie]", *["click[b0bbbbbbbb]"] * len(pages), "click[black]", "click[buy now]"]
+    turns = [Turn(observation=o, actions=[], turns_left=10 - k, response=format_response("think", a), think="think",
+                  action=a, format_ok=True, valid=True) for k, (o, a) in enumerate(zip(observations, actions))]
+    bd = RewardBreakdown(reward=0.67, r_type=1.0, query_match=True, category_match=True, title_score=1.0,
+                         attributes_matched=["zip up"], attributes_missing=[], options_matched=["black"],
+                         options_missing=[], price_ok=False).to_dict()
+    return Trajectory(goal=GOAL, turns=turns, reward=0.67, env_reward=0.67, success=False, breakdown=bd)
+
+
+def test_an_affordable_product_of_the_goals_type_on_the_last_results_page():
+    assert results_offer(over_budget(results_page("B0AAAAAAAA", "B0BBBBBBBB")), CATALOG) == {
+        "target_listed": False, "in_budget_listed": True}
+    # the last page counts: an earlier page that offered one does not
+    assert results_offer(over_budget(results_page("B0AAAAAAAA"), results_page("B0BBBBBBBB")), CATALOG) == {
+        "target_listed": False, "in_budget_listed": False}
+    # cheap, but of another type: not a product the goal could have bought
+    assert results_offer(over_budget(results_page("B0DDDDDDDD", "B0BBBBBBBB")), CATALOG)["in_budget_listed"] is False
+    assert results_offer(over_budget(results_page("B0BBBBBBBB", "B0CCCCCCCC")), CATALOG) == {
+        "target_listed": True, "in_budget_listed": True}
+
+
+def test_an_episode_without_a_results_page_offered_nothing():
+    assert results_offer(over_budget(), CATALOG) == {"target_listed": False, "in_budget_listed": False}
+
+
+def test_results_offer_needs_the_goal():
+    scripted = Episode(goal_index=7, instruction=INSTRUCTION, category="clothing", observations=[SEARCH_PAGE],
+                       actions=["search[hoodie]"], valid=[True], reward=0.0, success=False, bought=False,
+                       breakdown=None)
+    with pytest.raises(ValueError, match="needs the episode's goal"):
+        results_offer(scripted, CATALOG)
+
+
+def test_purchase_summary_counts_pi_ref_and_averages_the_seeds():
+    mendable = over_budget(results_page("B0AAAAAAAA", "B0BBBBBBBB"))
+    not_mendable = over_budget(results_page("B0BBBBBBBB"))
+    rows = (purchase_rows([mendable, mendable], "run", "pi_ref", CATALOG)
+            + purchase_rows([mendable, not_mendable], "run", "seed 0", CATALOG)
+            + purchase_rows([not_mendable, not_mendable], "run", "seed 1", CATALOG))
+    table = pd.DataFrame(rows, columns=PURCHASE_COLUMNS)
+    assert set(table["class"]) == {"over_budget"}
+    summary = purchase_summary(table)
+    assert summary.loc[("run", "pi_ref"), "over_budget"] == 2
+    assert summary.loc[("run", "pi_ref"), "over budget, one in budget listed"] == 2
+    assert summary.loc[("run", "seeds (mean)"), "over_budget"] == 2
+    assert summary.loc[("run", "seeds (mean)"), "over budget, one in budget listed"] == 0.5
