@@ -1088,3 +1088,31 @@ def test_a_decaying_run_records_its_schedule(ref_dir, vstar):
     expected = [trainer_module.learning_rate(profile.apo, i, 4) for i in range(4)]
     assert state.history["lr"].tolist() == pytest.approx(expected)
     assert expected[0] > expected[-1]
+
+
+def test_hold_failed_draws_zeroes_only_the_advantage_of_failed_drawn_trajectories(models, demos):
+    """``hold_failed_draws``: a trajectory with a drawn turn that scored below V* is regressed onto r itself
+    (advantage 0); one that beat V*, and any without a drawn turn, keep V*. Off, every trajectory keeps V*; on
+    without any draw, the trainer refuses."""
+    from apo_helpers.apo.trainer import regression_value
+    from apo_helpers.policy.prompts import Turn
+    from apo_helpers.policy.rollout import Trajectory
+
+    goal = demos[0].goal
+    table = VStarTable(vstar_table([goal], [[0.5, 1.0]], P.apo.beta1), "one-goal")
+    value = table.value(goal)
+
+    def played(reward, drawn):
+        turn = Turn(observation="results", actions=[], turns_left=5, explored=drawn)
+        return Trajectory(goal=goal, turns=[Turn(observation="search", actions=[], turns_left=6), turn], reward=reward)
+
+    holding = dataclasses.replace(P.apo, explore_results=0.3, hold_failed_draws=True)
+    assert regression_value(played(0.2, True), table, holding) == pytest.approx(0.2)  # failed draw: held
+    assert regression_value(played(1.0, True), table, holding) == pytest.approx(value)  # a draw that paid
+    assert regression_value(played(0.2, False), table, holding) == pytest.approx(value)  # the policy's own failure
+    assert regression_value(played(0.2, True), table, dataclasses.replace(holding, hold_failed_draws=False)) == \
+        pytest.approx(value)
+    model, ref_model, tokenizer = models
+    with pytest.raises(ValueError, match="no turn is drawn"):
+        Trainer(model, ref_model, tokenizer, table,
+                dataclasses.replace(P, apo=dataclasses.replace(P.apo, hold_failed_draws=True)))

@@ -42,7 +42,7 @@ from accelerate import Accelerator
 from safetensors.torch import load_model, save_model
 from tqdm.auto import tqdm
 
-from ..config import Profile, device as default_device, seed_everything
+from ..config import APOConfig, Profile, device as default_device, seed_everything
 from ..files import atomic_write_text
 from ..policy.prompts import encode_chat, episode_chats
 from ..policy.rollout import Trajectory, rollout
@@ -51,7 +51,7 @@ from .losses import OBJECTIVES, ObjectiveInputs, distribution_kl, kl_estimate
 from .sft import lr_at
 from .turn_credit import SplitValues, require_turn_chats, split_values
 from .value_head import ValueHead, turn_positions
-from .vstar import VStarTable, greedy_pages, rollout_sampling
+from .vstar import VStarTable, drawn_turns, greedy_pages, rollout_sampling
 
 CHECKPOINTS = "checkpoints"
 
@@ -195,6 +195,16 @@ def anchor_sequences(trajectories: list[Trajectory], tokenizer, profile: Profile
                              greedy_only=True)
 
 
+def regression_value(trajectory: Trajectory, vstar: VStarTable, config: APOConfig) -> float:
+    """The value the objective subtracts from a trajectory's return: V*(x), or, under
+    ``APOConfig.hold_failed_draws``, the return itself for a trajectory with a drawn turn that scored below V*(x)
+    (an advantage of 0: the regression holds it at pi_ref instead of pushing it down)."""
+    value = vstar.value(trajectory.goal)
+    if config.hold_failed_draws and trajectory.reward < value and any(u.explored for u in trajectory.turns):
+        return float(trajectory.reward)
+    return value
+
+
 def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTable, profile: Profile,
                      with_entropy: bool = True, timings: dict | None = None, value_head=None,
                      chats: tuple | None = None, split: SplitValues | None = None,
@@ -248,7 +258,8 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
     return ObjectiveInputs(
         logp=per_trajectory(token_logp), logp_ref=per_trajectory(token_logp_ref),
         reward=torch.tensor([t.reward for t in trajectories], device=dev, dtype=torch.float32),
-        vstar=torch.tensor([vstar.value(t.goal) for t in trajectories], device=dev, dtype=torch.float32),
+        vstar=torch.tensor([regression_value(t, vstar, config) for t in trajectories], device=dev,
+                           dtype=torch.float32),
         tokens=per_trajectory(torch.ones_like(token_logp)),
         group=torch.tensor([goal_ids.setdefault((t.goal.split, t.goal.index), len(goal_ids)) for t in trajectories],
                            device=dev),
@@ -381,6 +392,9 @@ class Trainer:
                                  f"use another objective or {mode}=false")
         if self.config.greedy_anchor < 0:
             raise ValueError(f"greedy_anchor must be 0 (off) or positive, got {self.config.greedy_anchor}")
+        if self.config.hold_failed_draws and not drawn_turns(self.config):
+            raise ValueError("hold_failed_draws holds the trajectories with a drawn turn, but no turn is drawn: set "
+                             "explore, explore_options, explore_results or explore_search above 0")
         if self.config.greedy_kl < 0:
             raise ValueError(f"greedy_kl must be 0 (off) or positive, got {self.config.greedy_kl}")
         if self.config.greedy_kl > 0 and not greedy_pages(self.config):
