@@ -250,14 +250,15 @@ class APOConfig:
     carries the expert's think for that click). Aimed at the purchases above the budget: a fifth of the 2.3M sloppy
     pi_ref's greedy test episodes, and as many of its A*PO seeds', most of them with a product of the right type
     within the budget on the same page; pi_ref's results-page choice is nearly deterministic, so its own samples
-    seldom try another product (notebook 04 section 8)."""
+    seldom try another product. At 0.3 it broke two seeds of three; with ``hold_failed_draws`` they stayed stable
+    and bought above the budget as often as pi_ref (notebook 04 section 8)."""
     hold_failed_draws: bool = False
     """With drawn turns (``explore``, ``explore_options``, ``explore_results``, ``explore_search``): a trajectory with
     a drawn turn whose return fell below V*(x) is regressed onto an advantage of 0 (held at pi_ref) instead of
     r - V*; one whose return beat V*(x) trains as usual. A failed uniform draw says little about the policy's own
     choices, and the regression can push a drawn click that pi_ref almost never samples further down at little cost
-    to the fit: with ``explore_results=0.3`` two seeds of three ended answering the results page with an empty
-    ``click[]`` (notebook 04 section 8)."""
+    to the fit: with ``explore_results=0.3`` two seeds of three ended answering the results page with clicks that
+    name no product (``click[]``, ``click[item ]``; notebook 04 section 8)."""
     explore_once: bool = False
     """With ``explore``: at most one drawn click per episode (``Sampling.explore_once``). The rest of the episode is
     the policy's own play, so its return minus V* is, to a good approximation, the advantage of that one click: the

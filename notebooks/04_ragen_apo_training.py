@@ -1784,6 +1784,81 @@ else:
 # points, not a recipe that meets the bar.
 
 # %% [markdown]
+# ### Where the purchases still fail: above the budget
+#
+# Every lever above aimed at the item page. The failure taxonomy (notebook 06) says where the rest of the failures
+# lie. `analysis.purchases` plays π_ref and each seed's final policy greedily on the test goals, labels each
+# episode with its failure class and reads what the last results page offered: the goal's own product
+# (`target_listed`), and any product of the goal's type within its budget (`in_budget_listed`). An `over_budget`
+# purchase made while such a product stood on the same page is a results-page choice that one other click could
+# have changed:
+#
+# ```
+# python -m apo_helpers purchases --profile class --save --run runs/apo_sloppy_h192_gsvk1024_b03_class \
+#     runs/apo_sloppy_h192_gsvko03_b03_class runs/apo_sloppy_h192_gsvkr03_b03_class \
+#     runs/apo_sloppy_h192_gsvkr03h_b03_class
+# ```
+#
+# The third of those runs tries that click: `explore_results=0.3` answers 30% of the results-page turns with a click
+# on one of the page's products drawn uniformly (`agents.product_clicks`; the draw knows nothing of the goal, not
+# its budget, not its words), in stage 1 and in the rollouts, with the held recipe from the first 2.3M π_ref
+# (the README gives its commands). Two of its seeds broke (below), their results-page replies clicks that name no
+# product (`click[]`, `click[item ]`);
+# the run after it is the same with `hold_failed_draws=True`: a trajectory with a drawn turn whose return fell
+# below V* is regressed onto an advantage of 0, held at π_ref, instead of pushed down, while a draw that beat V*
+# trains as usual (stage 1 is the same, its cache reused).
+
+# %%
+from apo_helpers.analysis.failures import CLASSES, plot_failure_classes
+from apo_helpers.analysis.purchases import purchase_summary
+
+RESULTS_EXPLORE_TABLES = {"apo_sloppy_h192_gsvk1024_b03": "2.3M: held recipe, 60 it.",
+                          "apo_sloppy_h192_gsvko03_b03": "2.3M: held + explore_options, 60 it.",
+                          "apo_sloppy_h192_gsvkr03_b03": "2.3M: held + explore_results, 60 it.",
+                          "apo_sloppy_h192_gsvkr03h_b03": "2.3M: held + explore_results, failed draws held, 60 it."}
+results_explore = explore_comparison(RESULTS_EXPLORE_TABLES)
+if results_explore is None:
+    print("run the README's commands to compare:", ", ".join(RESULTS_EXPLORE_TABLES))
+else:
+    display(results_explore.rename(columns=columns).round(3))
+    print_targets(results_explore)
+purchases_path = RESULTS_DIR / "purchases_class.csv"
+if purchases_path.exists():
+    purchases = purchase_summary(pd.read_csv(purchases_path))  # every run here starts from the same π_ref
+    labels = {(run, who): "2.3M π_ref" if who == "pi_ref" else RESULTS_EXPLORE_TABLES.get(run.removesuffix("_class"), run)
+              for run, who in purchases.index}
+    purchases = purchases.set_axis([labels[i] for i in purchases.index]).groupby(level=0, sort=False).first()
+    display(purchases.round(1))
+    classes = [c for c in CLASSES if c in purchases]
+    plot_failure_classes(purchases[classes].div(purchases[classes].sum(axis=1), axis=0), "04_purchases",
+                         title="How the greedy test episodes end, π_ref and its seeds (mean)")
+    plt.show()
+else:
+    print("run the command above: python -m apo_helpers purchases ... --save")
+
+# %% [markdown]
+# **What this says.** The held recipe's gain, with or without drawn option values, comes entirely from the goals
+# whose purchase lacked an option: the seeds leave as many purchases above the budget, and as many lacking an
+# attribute, as π_ref makes, and in most of the purchases above the budget a product of the goal's type within the
+# budget stood on the same results page (the last column). The results-page choice is as untouched by RL as
+# π_ref's query was (section 5): its samples almost never try another product.
+#
+# Drawing the product there gives the samples what they lacked. Stage 1 with `explore_results` finds a success on
+# far more of its goals than without it, more than drawing option values did (the README has the count), and keeps
+# more of them to practise. The run breaks all the same: two of the three seeds drift from π_ref in the second half
+# of the run and their replies turn invalid, and the seed that holds gains about what the held recipe gains, with no
+# fewer purchases above the budget. A drawn product is a click π_ref almost never samples; where it fails, the
+# regression can push those unlikely tokens further down at little cost, and the weights they share with every
+# other reply move with them (a reading the runs fit, not one measured here).
+#
+# Holding the failed draws at π_ref removes the break: every seed stays close to π_ref and ends above it. It does
+# not teach the choice: the seeds buy above the budget as often as π_ref, with an affordable product on the same
+# page as often, and their gain again comes from the options, a little smaller than the held recipe's. Whether the
+# draws that paid were too few or the rule too hard for this model (comparing each price with the budget is, like
+# the option value, reading a number off the instruction and matching it on the page), these runs do not tell.
+
+
+# %% [markdown]
 # ## 9. Before and after, on the same goals
 #
 # The viewer shows π_ref's and the trained policy's greedy episodes on the same test goals. The trained policy is
@@ -1913,3 +1988,8 @@ else:
 #   goals within reach of π_ref's samples, enough that solving them would clear the target, and the seeds' gain on
 #   all unseen goals does not move, from either of two π_refs. What a next method has to raise is how much of the
 #   reachable goals one run learns.
+# - The results page is the other decision RL leaves alone (section 8): a fifth of the 2.3M π_ref's test purchases
+#   go above the budget, most with an affordable product of the right type on the same page, and its seeds make as
+#   many. Drawing products there (`explore_results`) puts the most goals within reach of any lever and breaks two
+#   seeds of three; with the failed draws held at π_ref the seeds stay stable and still buy above the budget as
+#   often as π_ref.

@@ -138,6 +138,7 @@ for count, table in demo_tables.items():  # pi_refs from fewer demonstrations of
     rows.append(seeds_row(f"apo (from pi_ref of {count} demonstrations, greedy search, disagreeing goals)", runs))
 HELD = "greedy search held by its distributions' KL (weight 0.01)"  # APOConfig.greedy_kl
 DRAWN = "option values drawn on 30% of the item-page turns (explore_options 0.3)"
+PRODUCTS = "products drawn on 30% of the results-page turns (explore_results 0.3)"
 OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_ref imitated[, the recipe if another])
     "apo_selected_gsv1024_b03": ("options ignored, selection shown", "the demonstrations that ignore the options half "
                                  "the time, on item pages that say which option is selected"),
@@ -207,6 +208,9 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
                                                  f"{HELD}, 180 iterations"),
     "apo_sloppy_h192_gsvko03_b03": ("options ignored, 2.3M-parameter model", f"{HELD}, {DRAWN}"),
     "apo_sloppy_h192_seed1_gsvko03_b03": ("options ignored, 2.3M-parameter model, init seed 1", f"{HELD}, {DRAWN}"),
+    "apo_sloppy_h192_gsvkr03_b03": ("options ignored, 2.3M-parameter model", f"{HELD}, {PRODUCTS}"),
+    "apo_sloppy_h192_gsvkr03h_b03": ("options ignored, 2.3M-parameter model",
+                                     f"{HELD}, {PRODUCTS}, failed draws held at pi_ref"),
     "apo_sloppy_h192_seed1_gsvko03_b03_it120": ("options ignored, 2.3M-parameter model, init seed 1",
                                                 f"{HELD}, {DRAWN}, 120 iterations"),
     "apo_sloppy_h256_seed1_gsvk512_b03_it120": ("options ignored, 3.9M-parameter model, init seed 1",
