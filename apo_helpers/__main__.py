@@ -376,10 +376,19 @@ def cmd_purchases(args) -> int:
     data/results/purchases_<profile>.csv."""
     import pandas as pd
 
-    from .analysis.purchases import purchase_summary, run_purchases
+    from .analysis.purchases import choice_summary, purchase_summary, run_choices, run_purchases
     from .files import merge_csv_rows
 
     profile = get_profile(args.profile)
+    if args.probe:
+        table = pd.concat([run_choices(run, profile, args.split, args.episodes, args.samples) for run in args.run],
+                          ignore_index=True)
+        print(choice_summary(table).round(3).to_string())
+        if args.save:
+            path = RESULTS_DIR / f"results_choices_{profile.name}.csv"
+            merge_csv_rows(path, table.to_dict("records"), ["run", "policy", "goal_index"])
+            print(f"saved {path}")
+        return 0
     table = pd.concat([run_purchases(run, profile, args.split, args.episodes) for run in args.run], ignore_index=True)
     print(purchase_summary(table).round(1).to_string())
     if args.save:
@@ -716,6 +725,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test")
     p.add_argument("--episodes", type=int, default=200, help="first goals of the split")
     p.add_argument("--profile", default=None, help="ci | class | gpu (default: $APO_PROFILE or class)")
+    p.add_argument("--probe", action="store_true", help="instead: at the results pages where pi_ref's greedy "
+                   "episode bought above the budget with an affordable product of the goal's type listed, how likely "
+                   "each policy opens one (analysis.purchases.affordable_click_rates); with --save, "
+                   "data/results/results_choices_<profile>.csv")
+    p.add_argument("--samples", type=int, default=16, help="with --probe: sampled replies per page (temperature 1)")
     p.add_argument("--save", action="store_true", help="merge the rows into data/results/purchases_<profile>.csv")
     p.set_defaults(func=cmd_purchases)
 

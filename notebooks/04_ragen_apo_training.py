@@ -1797,7 +1797,14 @@ else:
 # python -m apo_helpers purchases --profile class --save --run runs/apo_sloppy_h192_gsvk1024_b03_class \
 #     runs/apo_sloppy_h192_gsvko03_b03_class runs/apo_sloppy_h192_gsvkr03_b03_class \
 #     runs/apo_sloppy_h192_gsvkr03h_b03_class
+# python -m apo_helpers purchases --profile class --probe --save --run runs/apo_sloppy_h192_gsvk1024_b03_class \
+#     runs/apo_sloppy_h192_gsvko03_b03_class runs/apo_sloppy_h192_gsvkr03h_b03_class
 # ```
+#
+# The second command holds the state fixed, as section 6's probe does at the item page: at each results page where
+# π_ref's greedy episode bought above the budget while an affordable product of the goal's type was listed, every
+# policy answers 16 times at temperature 1 and once greedily, and the table gives how often it opens such a
+# product, beside what a uniform draw over the page's products would give.
 #
 # The third of those runs tries that click: `explore_results=0.3` answers 30% of the results-page turns with a click
 # on one of the page's products drawn uniformly (`agents.product_clicks`; the draw knows nothing of the goal, not
@@ -1810,7 +1817,7 @@ else:
 
 # %%
 from apo_helpers.analysis.failures import CLASSES, plot_failure_classes
-from apo_helpers.analysis.purchases import purchase_summary
+from apo_helpers.analysis.purchases import choice_summary, purchase_summary
 
 RESULTS_EXPLORE_TABLES = {"apo_sloppy_h192_gsvk1024_b03": "2.3M: held recipe, 60 it.",
                           "apo_sloppy_h192_gsvko03_b03": "2.3M: held + explore_options, 60 it.",
@@ -1835,6 +1842,14 @@ if purchases_path.exists():
     plt.show()
 else:
     print("run the command above: python -m apo_helpers purchases ... --save")
+choices_path = RESULTS_DIR / "results_choices_class.csv"
+if choices_path.exists():
+    choices = choice_summary(pd.read_csv(choices_path))
+    choices.index = [f"{RESULTS_EXPLORE_TABLES.get(run.removesuffix('_class'), run)}: {policy}"
+                     for run, policy in choices.index]
+    display(choices.round(3))
+else:
+    print("run the command above: python -m apo_helpers purchases --probe ... --save")
 
 # %% [markdown]
 # **What this says.** The held recipe's gain, with or without drawn option values, comes entirely from the goals
@@ -1853,9 +1868,15 @@ else:
 #
 # Holding the failed draws at π_ref removes the break: every seed stays close to π_ref and ends above it. It does
 # not teach the choice: the seeds buy above the budget as often as π_ref, with an affordable product on the same
-# page as often, and their gain again comes from the options, a little smaller than the held recipe's. Whether the
-# draws that paid were too few or the rule too hard for this model (comparing each price with the budget is, like
-# the option value, reading a number off the instruction and matching it on the page), these runs do not tell.
+# page as often, and their gain again comes from the options, a little smaller than the held recipe's.
+#
+# The probe says the same at fixed states. At those results pages π_ref opens an affordable product far less often
+# than a uniform draw over the page would: its choice leans toward the product above the budget (a reading: the
+# demonstrator chose among the products within the budget, and π_ref learned which titles match better than which
+# prices fit). On average every run's seeds open one more often than π_ref, in samples and greedily, the held
+# recipe's the most; the run that drew products moved it least. Whether the draws that paid
+# were too few or the rule too hard for this model (comparing each price with the budget is, like the option value,
+# reading a number off the instruction and matching it on the page), these runs do not tell.
 
 
 # %% [markdown]

@@ -84,3 +84,66 @@ def test_purchase_summary_counts_pi_ref_and_averages_the_seeds():
     assert summary.loc[("run", "pi_ref"), "over budget, one in budget listed"] == 2
     assert summary.loc[("run", "seeds (mean)"), "over_budget"] == 2
     assert summary.loc[("run", "seeds (mean)"), "over budget, one in budget listed"] == 0.5
+
+
+def test_product_clicks_are_named_as_the_page_lists_them():
+    from apo_helpers.analysis.purchases import _product_click
+
+    assert _product_click("B0AAAAAAAA", 2, ["click[item 1]", "click[item 2]"]) == "click[item 2]"
+    assert _product_click("B0AAAAAAAA", 2, ["click[b0aaaaaaaa]"]) == "click[b0aaaaaaaa]"
+
+
+def test_choice_summary_sets_each_policy_beside_a_uniform_draw():
+    from apo_helpers.analysis.purchases import CHOICE_COLUMNS, choice_summary
+
+    rows = [["pi_ref", 1, 10, 2, 16, 0.0, False], ["pi_ref", 2, 10, 4, 16, 0.25, True],
+            ["seed 0", 1, 10, 2, 16, 0.5, True], ["seed 0", 2, 10, 4, 16, 0.5, True]]
+    table = pd.DataFrame(rows, columns=CHOICE_COLUMNS).assign(run="run")
+    summary = choice_summary(table)
+    assert summary.loc[("run", "pi_ref"), "p(affordable)"] == pytest.approx(0.125)
+    assert summary.loc[("run", "pi_ref"), "greedy: affordable"] == pytest.approx(0.5)
+    assert summary.loc[("run", "seed 0"), "greedy: affordable"] == pytest.approx(1.0)
+    assert summary.loc[("run", "pi_ref"), "uniform draw"] == pytest.approx(0.3)
+    assert list(summary["states"]) == [2, 2]
+
+
+def test_over_budget_pages_keep_the_last_results_page_with_an_affordable_product(monkeypatch):
+    """Hand-built episodes stand in for the greedy rollout: only the purchase above the budget whose last results
+    page listed an affordable product of the goal's type becomes a state, with that page's chat."""
+    from apo_helpers.analysis import purchases
+    from apo_helpers.config import get_profile
+    from apo_helpers.policy.prompts import build_messages
+
+    profile = get_profile("ci")
+    mendable = over_budget(results_page("B0BBBBBBBB", "B0AAAAAAAA"))
+    played = [mendable, over_budget(results_page("B0BBBBBBBB", "B0DDDDDDDD")), over_budget()]
+    monkeypatch.setattr(purchases, "policy_goals", lambda split, n: [t.goal for t in played])
+    monkeypatch.setattr(purchases, "rollout", lambda model, tok, goals, *a, **k: played)
+    states = purchases.over_budget_pages(None, None, "test", 3, profile, catalog=CATALOG)
+    assert len(states) == 1
+    assert states[0].affordable == ["click[b0aaaaaaaa]"] and states[0].products == 2
+    assert states[0].chat == build_messages(mendable.turns[:2], profile.policy.window)
+
+
+def test_affordable_click_rates_are_seeded_shares_of_the_samples(ci_ref_dir):
+    from apo_helpers.analysis.purchases import CHOICE_COLUMNS, ResultsPage, affordable_click_rates
+    from apo_helpers.apo.sft import expert_demonstrations
+    from apo_helpers.config import get_profile
+    from apo_helpers.policy.models import load_policy
+    from apo_helpers.policy.prompts import build_messages
+    from apo_helpers.webshop.agents import product_clicks
+
+    profile = get_profile("ci")
+    states = []
+    for demo in expert_demonstrations(profile, 6)[:3]:
+        k = next(i for i, u in enumerate(demo.turns) if product_clicks(u.actions))
+        clicks = product_clicks(demo.turns[k].actions)
+        states.append(ResultsPage(demo.goal, build_messages(demo.turns[: k + 1], profile.policy.window), len(clicks),
+                                  [demo.turns[k].action]))  # the expert's own click stands for the affordable one
+    model, tokenizer = load_policy(ci_ref_dir, "cpu")
+    table = affordable_click_rates(model, tokenizer, states, profile, "pi_ref", samples=4)
+    assert list(table.columns) == CHOICE_COLUMNS and len(table) == 3
+    assert table["p_affordable"].between(0, 1).all() and ((table["p_affordable"] * 4) % 1 == 0).all()
+    pd.testing.assert_frame_equal(table, affordable_click_rates(model, tokenizer, states, profile, "pi_ref", samples=4))
+    with pytest.raises(ValueError, match="samples"):
+        affordable_click_rates(model, tokenizer, states, profile, "pi_ref", samples=0)

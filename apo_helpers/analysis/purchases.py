@@ -15,20 +15,28 @@ results offered nothing affordable of the right type.
 ``python -m apo_helpers purchases --run RUN ... --save`` merges the rows into
 ``data/results/purchases_<profile>.csv`` (one row per run, policy and goal); ``purchase_summary`` counts the
 classes per run and policy, the seeds averaged.
+
+A probe holds the state fixed, as ``analysis.decisions`` does for the item page: ``over_budget_pages`` keeps the
+results pages where pi_ref's greedy episode chose a product above the budget while one of the goal's type within
+it was listed, and ``affordable_click_rates`` asks each policy how likely it opens such a product there (16 samples
+at temperature 1, and greedily). ``purchases --run RUN ... --probe --save`` writes
+``data/results/results_choices_<profile>.csv``; ``choice_summary`` sets each policy beside a uniform draw.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..config import RUNS_DIR, Profile, device
+from ..config import RUNS_DIR, Profile, device, seed_everything
 from ..policy.models import load_policy, with_rendering
-from ..policy.rollout import GREEDY, rollout
+from ..policy.prompts import build_messages, parse_response
+from ..policy.rollout import GREEDY, Sampling, generate_replies, rollout
 from ..webshop.agents import parse_results
-from ..webshop.catalog import Catalog, default_catalog
+from ..webshop.catalog import Catalog, Goal, default_catalog
 from .evaluate import policy_goals
 from .failures import CLASSES, classify, view
 from .generalization import run_seeds
@@ -92,3 +100,102 @@ def purchase_summary(table: pd.DataFrame) -> pd.DataFrame:
     summary = counts.groupby(level=["run", "who"], sort=False).mean()
     summary.columns.name = None
     return summary
+
+
+# ---------------------------------------------------------------------------------------------- the results page, probed
+
+CHOICE_COLUMNS = ["policy", "goal_index", "products", "affordable", "samples", "p_affordable", "greedy_affordable"]
+
+
+@dataclass
+class ResultsPage:
+    """One state of the probe: a goal, the chat a policy answers on the results page where a greedy episode chose
+    a product above the budget, and the clicks on that page that open a product of the goal's type within it."""
+
+    goal: Goal
+    chat: list[dict]
+    products: int
+    affordable: list[str]
+
+
+def _product_click(asin: str, position: int, actions: list[str]) -> str:
+    """How the page's ``actions`` name the product at ``position`` (from 1): by position or by ASIN."""
+    by_position = f"click[item {position}]"
+    return by_position if by_position in actions else f"click[{asin.lower()}]"
+
+
+def over_budget_pages(model, tokenizer, split: str, episodes: int | None, profile: Profile,
+                      catalog: Catalog | None = None) -> list[ResultsPage]:
+    """Of the first ``episodes`` goals of ``split``, those whose greedy episode by ``model`` bought above the budget
+    while its last results page listed a product of the goal's type within the budget: that page, as the policy
+    saw it (before its reply)."""
+    catalog = catalog or default_catalog()
+    goals = policy_goals(split, episodes)
+    trajectories = rollout(model, tokenizer, goals, GREEDY, profile.policy, profile.policy_env())
+    states = []
+    for goal, t in zip(goals, trajectories):
+        pages = [k for k, u in enumerate(t.turns) if parse_results(u.observation)]
+        if classify(t) != "over_budget" or not pages:
+            continue
+        turn = t.turns[pages[-1]]
+        listed = parse_results(turn.observation)
+        affordable = [_product_click(asin, i + 1, turn.actions) for i, (asin, _, _) in enumerate(listed)
+                      if (p := catalog.by_asin.get(asin.upper())) is not None
+                      and p.product_type == goal.product_type and p.price <= goal.price_upper]
+        if affordable:
+            states.append(ResultsPage(goal, build_messages(t.turns[: pages[-1] + 1], profile.policy.window),
+                                      len(listed), affordable))
+    return states
+
+
+def affordable_click_rates(model, tokenizer, states: list[ResultsPage], profile: Profile, name: str,
+                           samples: int = 16, seed: int = 0, progress: bool = False) -> pd.DataFrame:
+    """One row per state: the share of ``samples`` replies (temperature 1) that open an affordable product of the
+    goal's type, and whether the greedy reply does."""
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
+    seed_everything(seed)
+    step = profile.policy.batch_size
+
+    def replies(chats, sampling):
+        starts = tqdm(range(0, len(chats), step), desc=f"{name}: replies", leave=False, disable=not progress)
+        return [r for start in starts
+                for r in generate_replies(model, tokenizer, chats[start: start + step], sampling, profile.policy)[0]]
+
+    sampled = replies([s.chat for s in states for _ in range(samples)], Sampling(temperature=1.0))
+    greedy = replies([s.chat for s in states], GREEDY)
+    rows = []
+    for i, state in enumerate(states):
+        actions = [parse_response(r)[1] for r in sampled[i * samples: (i + 1) * samples]]
+        rows.append({"policy": name, "goal_index": state.goal.index, "products": state.products,
+                     "affordable": len(state.affordable), "samples": samples,
+                     "p_affordable": sum(a in state.affordable for a in actions) / samples,
+                     "greedy_affordable": parse_response(greedy[i])[1] in state.affordable})
+    return pd.DataFrame(rows, columns=CHOICE_COLUMNS)
+
+
+def run_choices(run_dir, profile: Profile, split: str = "test", episodes: int | None = 200, samples: int = 16,
+                runs_dir=RUNS_DIR, progress: bool = True) -> pd.DataFrame:
+    """``affordable_click_rates`` of pi_ref and each seed's final policy of a run at pi_ref's ``over_budget_pages``
+    (the same states for every policy); the ``run`` column names the run."""
+    run_dir = Path(run_dir)
+    seeds = run_seeds(run_dir)
+    ref_dir = Path(runs_dir) / seeds[0]["ref"]
+    profile = with_rendering(profile, ref_dir)
+    model, tokenizer = load_policy(ref_dir, device())
+    states = over_budget_pages(model, tokenizer, split, episodes, profile)
+    tables = [affordable_click_rates(model, tokenizer, states, profile, "pi_ref", samples, progress=progress)]
+    for s in seeds:
+        model, tokenizer = load_policy(s["folder"] / "policy", device())
+        tables.append(affordable_click_rates(model, tokenizer, states, profile, f"seed {s['seed']}", samples,
+                                             progress=progress))
+    return pd.concat(tables, ignore_index=True).assign(run=run_dir.name)
+
+
+def choice_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per run and policy: the states, the mean sampled probability of opening an affordable product of the goal's
+    type, the share of states whose greedy reply does, and what a uniform draw over the page's products would give."""
+    grouped = table.assign(uniform=table["affordable"] / table["products"]).groupby(["run", "policy"], sort=False)
+    return pd.DataFrame({"states": grouped.size(), "p(affordable)": grouped["p_affordable"].mean(),
+                         "greedy: affordable": grouped["greedy_affordable"].mean(),
+                         "uniform draw": grouped["uniform"].mean()})
