@@ -84,7 +84,10 @@ def clicks_requested_value(action: str, goal: Goal) -> bool:
     return clicks_one_of(action, goal.options.values())
 
 
-def _replies(model, tokenizer, chats, sampling: Sampling, profile: Profile, desc: str | None = None) -> list[str]:
+def batched_replies(model, tokenizer, chats, sampling: Sampling, profile: Profile,
+                    desc: str | None = None) -> list[str]:
+    """The replies to ``chats``, ``profile.policy.batch_size`` at a time (a progress bar named ``desc`` when given):
+    what the probes here and in ``analysis.purchases`` ask every policy."""
     step = profile.policy.batch_size
     starts = range(0, len(chats), step)
     return [reply for start in tqdm(starts, desc=desc, leave=False, disable=desc is None)
@@ -99,9 +102,9 @@ def option_click_rates(model, tokenizer, pages: list[ItemPage], profile: Profile
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
     seed_everything(seed)
-    sampled = _replies(model, tokenizer, [p.chat for p in pages for _ in range(samples)],
+    sampled = batched_replies(model, tokenizer, [p.chat for p in pages for _ in range(samples)],
                        Sampling(temperature=temperature), profile, f"{name}: sampled replies")
-    greedy = _replies(model, tokenizer, [p.chat for p in pages], GREEDY, profile)
+    greedy = batched_replies(model, tokenizer, [p.chat for p in pages], GREEDY, profile)
     rows = []
     for i, page in enumerate(pages):
         actions = [_action(r) for r in sampled[i * samples: (i + 1) * samples]]

@@ -34,14 +34,21 @@ from tqdm.auto import tqdm
 from ..config import RUNS_DIR, Profile, device, seed_everything
 from ..policy.models import load_policy, with_rendering
 from ..policy.prompts import build_messages, parse_response
-from ..policy.rollout import GREEDY, Sampling, generate_replies, rollout
+from ..policy.rollout import GREEDY, Sampling, rollout
 from ..webshop.agents import parse_results
 from ..webshop.catalog import Catalog, Goal, default_catalog
+from .decisions import batched_replies
 from .evaluate import policy_goals
 from .failures import CLASSES, classify, view
 from .generalization import run_seeds
 
 PURCHASE_COLUMNS = ["run", "policy", "split", "goal_index", "class", "reward", "target_listed", "in_budget_listed"]
+
+
+def _affordable(asin: str, goal: Goal, catalog: Catalog) -> bool:
+    """Whether the listed product ``asin`` is of the goal's type and within its budget."""
+    product = catalog.by_asin.get(asin.upper())
+    return product is not None and product.product_type == goal.product_type and product.price <= goal.price_upper
 
 
 def results_offer(item, catalog: Catalog | None = None) -> dict:
@@ -53,10 +60,8 @@ def results_offer(item, catalog: Catalog | None = None) -> dict:
     catalog = catalog or default_catalog()
     pages = [o for o in v.observations if parse_results(o)]
     listed = [asin.upper() for asin, _, _ in parse_results(pages[-1])] if pages else []
-    products = catalog.by_asin
-    in_budget = [a for a in listed if a in products and products[a].product_type == v.goal.product_type
-                 and products[a].price <= v.goal.price_upper]
-    return {"target_listed": v.goal.asin.upper() in listed, "in_budget_listed": bool(in_budget)}
+    return {"target_listed": v.goal.asin.upper() in listed,
+            "in_budget_listed": any(_affordable(a, v.goal, catalog) for a in listed)}
 
 
 def purchase_rows(trajectories, run: str, policy: str, catalog: Catalog | None = None) -> list[dict]:
@@ -68,16 +73,22 @@ def purchase_rows(trajectories, run: str, policy: str, catalog: Catalog | None =
     return rows
 
 
+def _run_policies(run_dir: Path, profile: Profile, runs_dir) -> tuple[Profile, list[tuple[str, Path]]]:
+    """The profile rendered as the run's pi_ref was trained, and ``(name, folder)`` of pi_ref then each seed's final
+    policy."""
+    seeds = run_seeds(run_dir)
+    ref_dir = Path(runs_dir) / seeds[0]["ref"]
+    return (with_rendering(profile, ref_dir),
+            [("pi_ref", ref_dir)] + [(f"seed {s['seed']}", s["folder"] / "policy") for s in seeds])
+
+
 def run_purchases(run_dir, profile: Profile, split: str = "test", episodes: int | None = 200, runs_dir=RUNS_DIR,
                   progress: bool = True) -> pd.DataFrame:
     """pi_ref and each seed's final policy of a ``train`` run, greedy on the first ``episodes`` goals of ``split``:
     ``purchase_rows`` for each (pi_ref is the run's, ``runs_dir / <its ref>``, rendered as it was trained)."""
     run_dir = Path(run_dir)
-    seeds = run_seeds(run_dir)
-    ref_dir = Path(runs_dir) / seeds[0]["ref"]
-    profile = with_rendering(profile, ref_dir)
+    profile, policies = _run_policies(run_dir, profile, runs_dir)
     goals = policy_goals(split, episodes)
-    policies = [("pi_ref", ref_dir)] + [(f"seed {s['seed']}", s["folder"] / "policy") for s in seeds]
     bar = tqdm(total=len(policies) * len(goals), desc=f"greedy: {run_dir.name}", disable=not progress)
     rows = []
     for name, folder in policies:
@@ -140,8 +151,7 @@ def over_budget_pages(model, tokenizer, split: str, episodes: int | None, profil
         turn = t.turns[pages[-1]]
         listed = parse_results(turn.observation)
         affordable = [_product_click(asin, i + 1, turn.actions) for i, (asin, _, _) in enumerate(listed)
-                      if (p := catalog.by_asin.get(asin.upper())) is not None
-                      and p.product_type == goal.product_type and p.price <= goal.price_upper]
+                      if _affordable(asin, goal, catalog)]
         if affordable:
             states.append(ResultsPage(goal, build_messages(t.turns[: pages[-1] + 1], profile.policy.window),
                                       len(listed), affordable))
@@ -155,15 +165,9 @@ def affordable_click_rates(model, tokenizer, states: list[ResultsPage], profile:
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
     seed_everything(seed)
-    step = profile.policy.batch_size
-
-    def replies(chats, sampling):
-        starts = tqdm(range(0, len(chats), step), desc=f"{name}: replies", leave=False, disable=not progress)
-        return [r for start in starts
-                for r in generate_replies(model, tokenizer, chats[start: start + step], sampling, profile.policy)[0]]
-
-    sampled = replies([s.chat for s in states for _ in range(samples)], Sampling(temperature=1.0))
-    greedy = replies([s.chat for s in states], GREEDY)
+    sampled = batched_replies(model, tokenizer, [s.chat for s in states for _ in range(samples)],
+                              Sampling(temperature=1.0), profile, f"{name}: replies" if progress else None)
+    greedy = batched_replies(model, tokenizer, [s.chat for s in states], GREEDY, profile)
     rows = []
     for i, state in enumerate(states):
         actions = [parse_response(r)[1] for r in sampled[i * samples: (i + 1) * samples]]
@@ -179,16 +183,12 @@ def run_choices(run_dir, profile: Profile, split: str = "test", episodes: int | 
     """``affordable_click_rates`` of pi_ref and each seed's final policy of a run at pi_ref's ``over_budget_pages``
     (the same states for every policy); the ``run`` column names the run."""
     run_dir = Path(run_dir)
-    seeds = run_seeds(run_dir)
-    ref_dir = Path(runs_dir) / seeds[0]["ref"]
-    profile = with_rendering(profile, ref_dir)
-    model, tokenizer = load_policy(ref_dir, device())
-    states = over_budget_pages(model, tokenizer, split, episodes, profile)
-    tables = [affordable_click_rates(model, tokenizer, states, profile, "pi_ref", samples, progress=progress)]
-    for s in seeds:
-        model, tokenizer = load_policy(s["folder"] / "policy", device())
-        tables.append(affordable_click_rates(model, tokenizer, states, profile, f"seed {s['seed']}", samples,
-                                             progress=progress))
+    profile, policies = _run_policies(run_dir, profile, runs_dir)
+    states, tables = None, []
+    for name, folder in policies:  # pi_ref first: its greedy episodes give the states
+        model, tokenizer = load_policy(folder, device())
+        states = states if states is not None else over_budget_pages(model, tokenizer, split, episodes, profile)
+        tables.append(affordable_click_rates(model, tokenizer, states, profile, name, samples, progress=progress))
     return pd.concat(tables, ignore_index=True).assign(run=run_dir.name)
 
 

@@ -248,9 +248,9 @@ def _next_turn(observation: str, info: dict, sampling: Sampling, explored_before
         clicks = option_clicks  # only item pages have unselected options
     elif page in EXPLAINED_PAGES and sampling.explore and torch.rand(()).item() < sampling.explore:
         clicks = explorable_actions(turn.actions)
-    elif (page == RESULTS and sampling.explore_results and product_clicks(turn.actions)
+    elif (page == RESULTS and sampling.explore_results and (products := product_clicks(turn.actions))
           and torch.rand(()).item() < sampling.explore_results):
-        clicks = product_clicks(turn.actions)
+        clicks = products
     else:
         if page == SEARCH and sampling.explore_search and torch.rand(()).item() < sampling.explore_search:
             turn.response, turn.explored = format_response(*instruction_search(observation)), True
