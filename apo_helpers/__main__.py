@@ -174,10 +174,14 @@ def _write_tables(out: Path, local: dict, save: bool, results: dict) -> None:
         atomic_write_text(RESULTS_DIR / name, table.to_csv(index=False))
 
 
-def _reference_arg(args, profile):
+def _reference_arg(args, profile, seed: int | None = None):
+    """The pi_ref folder of ``--ref`` (default: the profile's); ``{seed}`` in it becomes ``seed`` (``train``: each seed
+    re-anchored on its own earlier run, ``--ref runs/<run>/seed_{seed}/policy``)."""
     from .apo.sft import reference_dir
 
-    ref = Path(args.ref) if args.ref else reference_dir(profile)
+    if args.ref and "{seed}" in args.ref and seed is None:
+        raise ValueError(f"--ref {args.ref} names a folder per seed ({{seed}}); only `train` fills it in")
+    ref = Path(args.ref.replace("{seed}", str(seed))) if args.ref else reference_dir(profile)
     if not (ref / "model.safetensors").exists():
         raise ValueError(f"no pi_ref at {ref}: train it with `python -m apo_helpers train-ref --profile {profile.name}`")
     return ref
@@ -410,11 +414,17 @@ def cmd_train(args) -> int:
     import pandas as pd
 
     from .analysis.evaluate import greedy_evaluation
-    from .policy.models import load_policy, with_rendering
+    from .policy.models import lineage, load_policy, with_rendering
     from .runs import finished_metrics, train_run
 
     profile = with_overrides(get_profile(args.profile), args.set)
-    ref = _reference_arg(args, profile)
+    refs = {seed: _reference_arg(args, profile, seed) for seed in args.seeds}
+    # the pi_ref row is the chain's first pi_ref: a run re-anchored on earlier runs' policies is measured against it
+    origins = {lineage(ref).origin for ref in refs.values()}
+    if len(origins) > 1:
+        raise ValueError(f"the seeds' pi_refs come from different first pi_refs ({sorted(map(str, origins))}); "
+                         f"one table compares its seeds with one pi_ref")
+    ref = origins.pop()
     profile = with_rendering(profile, ref)
     out = Path(args.out or f"runs/{args.objective}_{profile.name}")
     rows = []
@@ -422,8 +432,8 @@ def cmd_train(args) -> int:
         if args.gather:
             metrics = finished_metrics(out / f"seed_{seed}")
         else:
-            metrics = train_run(profile, ref, args.vstar, out / f"seed_{seed}", seed, args.objective, args.iterations,
-                                resume=args.resume, progress=not args.json)
+            metrics = train_run(profile, refs[seed], args.vstar, out / f"seed_{seed}", seed, args.objective,
+                                args.iterations, resume=args.resume, progress=not args.json)
         rows.append(metrics)
         if _main_process():
             print(json.dumps(metrics), flush=True)
@@ -735,7 +745,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="RAGEN's loop with A*PO (or another objective), one run per seed")
     p.add_argument("--objective", default="apo", help="objective name (apo)")
-    p.add_argument("--ref", default=None, help="pi_ref folder (default: runs/pi_ref_<profile>)")
+    p.add_argument("--ref", default=None, help="pi_ref folder (default: runs/pi_ref_<profile>); {seed} in it is "
+                   "each seed's number: --ref runs/<run>/seed_{seed}/policy re-anchors each seed on its own earlier "
+                   "run's final policy (stage 1 and the regression start from it; the table's pi_ref row stays "
+                   "the first pi_ref)")
     p.add_argument("--vstar", default="runs/vstar", help="stage-1 cache folder (computed there when missing)")
     p.add_argument("--profile", default=None)
     p.add_argument("--out", default=None, help="run folder (default: runs/<objective>_<profile>); one seed_<k>/ each")

@@ -17,7 +17,7 @@ from .apo.trainer import Trainer, latest_checkpoint, load_models, make_accelerat
 from .apo.vstar import stage1
 from .config import MODEL_SIZE_FIELDS, PROFILES, ModelConfig, Profile, apo_overrides, numerics
 from .files import atomic_write_text
-from .policy.models import rendering_files, save_policy, with_rendering
+from .policy.models import lineage, lineage_files, rendering_files, save_policy, with_rendering
 
 
 def _ref_record(ref_dir) -> dict:
@@ -59,9 +59,13 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
     """One seed, headless: stage 1 (cached), the loop (resumable), the final policy and its greedy test result.
 
     Writes under ``out_dir``: ``checkpoints/``, ``history.csv``, ``evals.csv``, ``policy/`` and ``metrics.json``.
+    ``policy/`` can be the next run's pi_ref (re-anchoring: stage 1 and the regression then start from it); its
+    ``lineage.json`` keeps the first pi_ref, which names the run (``ref``) beside ``ref_rounds`` and
+    ``ref_iterations``, the runs and iterations that came before this one.
     """
     out_dir = Path(out_dir)
     profile = with_reference_goals(with_rendering(profile, ref_dir), ref_dir)  # pages and goals as pi_ref learned
+    chain = lineage(ref_dir)  # a previous run's final policy as pi_ref: the run is described by the chain's origin
     accelerator = make_accelerator()
     model, ref_model, tokenizer = load_models(ref_dir, str(accelerator.device))
     with accelerator.main_process_first():  # one process samples stage 1 (when not cached), the others load it
@@ -74,8 +78,9 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
     state = trainer.run(progress)
     test = trainer.evaluate("test", profile.apo.test_episodes)
     metrics = {"objective": objective, "seed": seed, "profile": profile.name, "iterations": state.iteration,
-               "ref": Path(ref_dir).name, "apo_overrides": apo_overrides(profile),
-               **_ref_record(ref_dir),
+               "ref": chain.origin.name, "ref_rounds": chain.rounds, "ref_iterations": chain.iterations,
+               "apo_overrides": apo_overrides(profile),
+               **_ref_record(chain.origin),
                "show_selected_options": profile.policy.show_selected_options,
                **{f"test_{k}": v for k, v in test.items() if k not in ("iteration", "split")},
                "val_success": float(state.evals["success"].iloc[-1]),
@@ -90,7 +95,8 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
     if accelerator.is_main_process:
         state.history.to_csv(out_dir / "history.csv", index=False)
         state.evals.to_csv(out_dir / "evals.csv", index=False)
-        save_policy(model, tokenizer, out_dir / "policy", extra_files=rendering_files(profile.policy))
+        save_policy(model, tokenizer, out_dir / "policy",
+                    extra_files={**rendering_files(profile.policy), **lineage_files(ref_dir, state.iteration)})
         # numerics (versions, CPU kernels) only in the run's own file: the seeds' table keeps one row of scalars
         atomic_write_text(out_dir / "metrics.json", json.dumps({**metrics, "numerics": numerics()}, indent=1) + "\n")
     accelerator.wait_for_everyone()

@@ -628,6 +628,57 @@ def test_cli_train_saves_under_a_name_of_its_own(ref_dir, tmp_path, monkeypatch,
     assert "seed_1 lacks metrics.json, history.csv, evals.csv" in capsys.readouterr().err
 
 
+def test_cli_train_reanchors_each_seed_on_its_own_earlier_policy(ref_dir, tmp_path, capsys):
+    """``--ref runs/<run>/seed_{seed}/policy``: each seed's stage 1 and regression start from its own earlier final
+    policy; the rows stay named and measured by the first pi_ref, with the runs and iterations before them."""
+    first = ["train", "--profile", "ci", "--vstar", str(tmp_path / "vs"), "--seeds", "1", "--iterations", "1", "--json"]
+    assert main([*first, "--ref", str(ref_dir), "--out", str(tmp_path / "r1"), "--skip-ref"]) == 0
+    capsys.readouterr()
+    from apo_helpers.policy.models import load_policy
+
+    learned = tmp_path / "r1" / "seed_1" / "policy"  # one ci iteration may leave the weights as they were: move them
+    model, _ = load_policy(learned)
+    with torch.no_grad():
+        model.lm_head.weight.add_(0.01)
+    model.save_pretrained(learned, safe_serialization=True)
+    assert main([*first, "--ref", str(tmp_path / "r1" / "seed_{seed}" / "policy"), "--out", str(tmp_path / "r2")]) == 0
+    results = pd.read_csv(tmp_path / "r2" / "results.csv")
+    assert results["objective"].tolist() == ["apo", "pi_ref"]
+    assert results["ref"].tolist() == [ref_dir.name, ref_dir.name]  # the first pi_ref, evaluated as the pi_ref row
+    assert (results["ref_rounds"].iloc[0], results["ref_iterations"].iloc[0]) == (1, 1)
+    before = json.loads((tmp_path / "r1" / "seed_1" / "metrics.json").read_text())
+    after = json.loads((tmp_path / "r2" / "seed_1" / "metrics.json").read_text())
+    assert (before["ref_rounds"], before["ref_iterations"]) == (0, 0)
+    assert after["vstar_key"] != before["vstar_key"]  # V* of the re-anchored policy, not of the first pi_ref
+    assert json.loads((tmp_path / "r2" / "seed_1" / "policy" / "lineage.json").read_text()) == {
+        "origin": str(ref_dir), "rounds": 2, "iterations": 2}
+    capsys.readouterr()
+    assert main(["vstar", "--profile", "ci", "--ref", str(tmp_path / "r1" / "seed_{seed}" / "policy")]) == 2
+    assert "only `train` fills it in" in capsys.readouterr().err
+
+
+def test_lineage_follows_a_policy_to_the_pi_ref_its_runs_started_from(tmp_path):
+    from apo_helpers.apo.sft import with_reference_goals
+    from apo_helpers.policy.models import LINEAGE_FILE, lineage, lineage_files
+
+    origin, policy = tmp_path / "pi_ref", tmp_path / "policy"
+    origin.mkdir(), policy.mkdir()
+    assert lineage(origin) == lineage(origin).__class__(origin, 0, 0)  # a pi_ref is its own origin
+    record = lineage_files(origin, 60)
+    (policy / LINEAGE_FILE).write_text(record[LINEAGE_FILE])
+    assert (lineage(policy).origin, lineage(policy).rounds, lineage(policy).iterations) == (origin, 1, 60)
+    assert json.loads(lineage_files(policy, 40)[LINEAGE_FILE]) == {"origin": str(origin), "rounds": 2,
+                                                                    "iterations": 100}
+    more = 3 * P.reference.demonstrations  # stage 1 skips the goals the origin imitated, not the profile's count
+    (origin / "metrics.json").write_text(json.dumps({"demo_goals": more}))
+    assert with_reference_goals(P, policy).reference.demonstrations == more
+    for text in ["{oops", "[1]", '{"origin": "x", "rounds": 1}', '{"origin": "x", "rounds": -1, "iterations": 1}',
+                 '{"origin": 3, "rounds": 1, "iterations": 1}']:
+        (policy / LINEAGE_FILE).write_text(text)
+        with pytest.raises(ValueError, match="lineage.json"):
+            lineage(policy)
+
+
 def test_cli_train_without_reference_says_how_to_get_one(tmp_path, capsys):
     assert main(["train", "--profile", "ci", "--ref", str(tmp_path / "nothing")]) == 2
     assert "train-ref" in capsys.readouterr().err

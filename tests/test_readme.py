@@ -28,6 +28,13 @@ def test_trained_table_gives_mean_spread_and_reference(tmp_path):
     assert trained_table(tmp_path).splitlines()[3].endswith("| apo | none |")
     _seeds(tmp_path / "apo_class_seeds.csv", "apo", [0.40], apo_overrides="greedy_search=True lr=0.001")
     assert trained_table(tmp_path).splitlines()[3].endswith("| apo | `greedy_search=True lr=0.001` |")
+    _seeds(tmp_path / "apo_class_seeds.csv", "apo", [0.40], apo_overrides="beta2=0.03", ref_rounds=1,
+           ref_iterations=60)  # each seed re-anchored on its own earlier run's policy: the row says after what
+    assert trained_table(tmp_path).splitlines()[3].endswith(
+        "| apo | `beta2=0.03`; re-anchored on each seed's policy after 60 iterations (1 run) |")
+    _seeds(tmp_path / "apo_class_seeds.csv", "apo", [0.40], apo_overrides="beta2=0.03", ref_rounds=0,
+           ref_iterations=0)
+    assert trained_table(tmp_path).splitlines()[3].endswith("| apo | `beta2=0.03` |")
     _seeds(tmp_path / "apo_class_seeds.csv", "apo", [0.40], device="cuda:0")   # a GPU's minutes say so
     assert trained_table(tmp_path).splitlines()[3].endswith("| 10.0 (cuda:0) | apo | not recorded |")
 

@@ -91,11 +91,18 @@ def bench_rollout_table(results: Path = RESULTS_DIR) -> str | None:
 
 def _recipe(runs: pd.DataFrame) -> str:
     """The runs' ``--set`` changes to the profile (``apo_overrides`` in their metrics): ``none`` when they ran on the
-    profile's settings, ``not recorded`` for tables written before runs recorded them."""
+    profile's settings, ``not recorded`` for tables written before runs recorded them; for runs re-anchored on
+    earlier runs' final policies (``ref_rounds``), how many iterations came before."""
     if "apo_overrides" not in runs:
         return "not recorded"
     changes = runs["apo_overrides"].dropna()
-    return f"`{changes.iloc[0]}`" if len(changes) and changes.iloc[0] else "none"
+    recipe = f"`{changes.iloc[0]}`" if len(changes) and changes.iloc[0] else "none"
+    rounds = runs["ref_rounds"].dropna() if "ref_rounds" in runs else pd.Series(dtype=float)
+    if len(rounds) and rounds.iloc[0] > 0:
+        before = int(runs["ref_iterations"].dropna().iloc[0])
+        recipe += f"; re-anchored on each seed's policy after {before} iterations ({int(rounds.iloc[0])} run"
+        recipe += "s)" if rounds.iloc[0] > 1 else ")"
+    return recipe
 
 
 def _minutes(runs: pd.DataFrame) -> str:

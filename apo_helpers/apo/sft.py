@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..config import RUNS_DIR, Profile, device as default_device, seed_everything
-from ..policy.models import count_parameters, create_policy, load_policy, rendering_files, save_policy
+from ..policy.models import count_parameters, create_policy, lineage, load_policy, rendering_files, save_policy
 from ..policy.prompts import Turn, encode_chat, episode_chats, format_response, prompt_actions
 from ..policy.rollout import Trajectory
 from ..policy.scoring import collate, selected_logprobs, token_logprobs
@@ -191,8 +191,9 @@ def reference_dir(profile: Profile) -> Path:
 def with_reference_goals(profile: Profile, directory) -> Profile:
     """``profile`` with ``reference.demonstrations`` set to the number of train goals the pi_ref in ``directory``
     drew its demonstrations from (``demo_goals`` in its ``metrics.json``), so that stage 1 skips exactly the goals
-    this pi_ref imitated (``vstar.stage1_goals``); unchanged for a folder that does not record it."""
-    path = Path(directory) / "metrics.json"
+    this pi_ref imitated (``vstar.stage1_goals``); unchanged for a folder that does not record it. A run's final
+    policy used as pi_ref (re-anchored) counts the goals of the pi_ref its chain started from (``lineage``)."""
+    path = lineage(directory).origin / "metrics.json"
     if not path.exists():
         return profile
     try:

@@ -205,6 +205,44 @@ def with_rendering(profile: Profile, directory) -> Profile:
     return dataclasses.replace(profile, policy=dataclasses.replace(profile.policy, **recorded))
 
 
+LINEAGE_FILE = "lineage.json"
+"""The file in an A*PO run's final policy folder that names the pi_ref the chain of runs started from (notebook 04)."""
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """Where a policy folder comes from: ``origin`` is the pi_ref folder that imitation wrote, ``rounds`` how many
+    training runs lie between it and this folder, ``iterations`` their iterations in all (0 and 0 for a pi_ref)."""
+
+    origin: Path
+    rounds: int = 0
+    iterations: int = 0
+
+
+def lineage(directory) -> Lineage:
+    """The ``Lineage`` a folder's ``lineage.json`` records, or the folder itself as an origin when it has none (a
+    pi_ref from ``train-ref``, any Hugging Face folder). A run's final policy used as the next run's pi_ref
+    (re-anchoring) keeps the origin's demonstrations and description this way."""
+    path = Path(directory) / LINEAGE_FILE
+    if not path.exists():
+        return Lineage(Path(directory))
+    try:
+        recorded = json.loads(path.read_text())
+        origin, rounds, iterations = recorded["origin"], recorded["rounds"], recorded["iterations"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{path} should hold {{'origin': folder, 'rounds': int, 'iterations': int}} ({e!r})") from None
+    if not isinstance(origin, str) or type(rounds) is not int or type(iterations) is not int or min(rounds, iterations) < 0:
+        raise ValueError(f"{path}: origin should be a folder and rounds, iterations counts, got {recorded!r}")
+    return Lineage(Path(origin), rounds, iterations)
+
+
+def lineage_files(ref_dir, iterations: int) -> dict[str, str]:
+    """``save_policy``'s ``extra_files`` for a policy trained ``iterations`` iterations from the pi_ref in ``ref_dir``."""
+    parent = lineage(ref_dir)
+    record = {"origin": str(parent.origin), "rounds": parent.rounds + 1, "iterations": parent.iterations + iterations}
+    return {LINEAGE_FILE: json.dumps(record, indent=1) + "\n"}
+
+
 def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
