@@ -85,6 +85,12 @@ def test_run_seeds_needs_finished_seeds_of_one_recipe(tmp_path, ci_ref_dir):
     metrics.write_text(json.dumps({**json.loads(metrics.read_text()), "vstar_key": "bbbb"}))
     with pytest.raises(ValueError, match="disagree on vstar_key"):
         run_seeds(run)
+    for seed in (0, 1):  # re-anchored seeds each trained on the V* table of their own earlier policy
+        path = run / f"seed_{seed}" / "metrics.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "ref_rounds": 1}))
+    assert [s["vstar_key"] for s in run_seeds(run)] == ["aaaa", "bbbb"]
+    with pytest.raises(ValueError, match="re-anchored"):
+        seen_and_unseen(run, P, runs_dir=tmp_path, progress=False)
 
 
 def test_gains_are_the_seeds_mean_minus_pi_ref():

@@ -42,7 +42,8 @@ GENERALIZATION_COLUMNS = ["run", "ref", "policy", "goals", "n_goals", "greedy_su
 
 def run_seeds(run_dir) -> list[dict]:
     """The ``metrics.json`` of every ``seed_*`` folder of a ``train`` run that saved its final policy, by seed; a
-    clear error when there is none or when the seeds disagree on pi_ref, the settings or the V* table."""
+    clear error when there is none or when the seeds disagree on pi_ref, the settings or the V* table (a re-anchored
+    run's seeds each have their own, from their own earlier policies: ``train --ref .../seed_{seed}/policy``)."""
     run_dir = Path(run_dir)
     seeds = []
     for folder in sorted(run_dir.glob("seed_*")):
@@ -50,7 +51,8 @@ def run_seeds(run_dir) -> list[dict]:
             seeds.append({**json.loads((folder / "metrics.json").read_text()), "folder": folder})
     if not seeds:
         raise FileNotFoundError(f"{run_dir}: no seed_*/ folder with metrics.json and policy/ (a finished `train` run)")
-    for field in ("ref", "apo_overrides", "vstar_key", "profile"):
+    reanchored = any(s.get("ref_rounds") for s in seeds)
+    for field in ("ref", "apo_overrides", "profile", "ref_rounds", *(() if reanchored else ("vstar_key",))):
         values = {str(s.get(field)) for s in seeds}
         if len(values) > 1:
             raise ValueError(f"{run_dir}: the seeds disagree on {field} ({sorted(values)}); compare one recipe per run")
@@ -88,6 +90,9 @@ def seen_and_unseen(run_dir, profile: Profile, vstar_dir=RUNS_DIR / "vstar", run
     first = seeds[0]
     if first.get("profile") and first["profile"] != profile.name:
         raise ValueError(f"{run_dir} was trained under the {first['profile']!r} profile, not {profile.name!r}")
+    if first.get("ref_rounds"):
+        raise ValueError(f"{run_dir} was re-anchored: each seed trained on goals chosen from its own earlier policy's "
+                         f"samples, so there is no one set of goals it trained on; measure the run it continued")
     ref_dir = Path(runs_dir) / first["ref"]
     profile = with_rendering(with_overrides(profile, (first.get("apo_overrides") or "").split()), ref_dir)
     profile = with_reference_goals(profile, ref_dir)  # the stage-1 goals the run trained on
