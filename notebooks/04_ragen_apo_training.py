@@ -1057,6 +1057,11 @@ def seeds_summary(tables, start) -> pd.Series:
                       "lowest seed": trained["test_success"].min(), "highest seed": trained["test_success"].max()})
 
 
+def runs_summary(runs, labels, start) -> pd.DataFrame:
+    """One row per committed run (labelled by ``labels``): its ``seeds_summary`` against the same π_ref ``start``."""
+    return pd.DataFrame({labels[name]: seeds_summary(tables, start) for name, tables in runs.items()}).T.astype(float)
+
+
 def print_targets(table):
     """Issue 4's bar for each row: at least +10 points over π_ref, and a gain above the spread over seeds."""
     for label, row in table.iterrows():
@@ -1254,8 +1259,7 @@ ANCHOR_TABLES = {"apo_sloppy_gsv1024_b03_it120": "search turn free",
                  "apo_sloppy_gsva10_1024_b03_it120": "search turn anchored, w = 10"}
 anchor_runs, start = committed_runs(ANCHOR_TABLES)
 if len(anchor_runs) > 1:
-    anchor_table = pd.DataFrame({ANCHOR_TABLES[name]: seeds_summary(tables, start)
-                                 for name, tables in anchor_runs.items()}).T.astype(float).rename(columns=columns)
+    anchor_table = runs_summary(anchor_runs, ANCHOR_TABLES, start).rename(columns=columns)
     display(anchor_table.round(3))
     plot_seed_curves(anchor_runs, ANCHOR_TABLES, [  # log scale: tenths of a nat when held, hundreds in a collapse
         ("invalid_rate", "invalid actions in the rollouts (5-it. mean)", False),
@@ -1444,8 +1448,7 @@ SPLIT_TABLES = {"apo_sloppy_gsvk1024_b03_rerun": "apo, search held by its KL",
                 "apo_split_sloppy_gsvk1024_b03_rerun": "apo_split, search held by its KL"}
 split_runs, split_start = committed_runs(SPLIT_TABLES)
 if split_runs:
-    split_table = pd.DataFrame({SPLIT_TABLES[name]: seeds_summary(tables, split_start)
-                                for name, tables in split_runs.items()}).T.astype(float)
+    split_table = runs_summary(split_runs, SPLIT_TABLES, split_start)
     split_table["seconds per iteration"] = [tables["history"]["seconds"].mean() for tables in split_runs.values()]
     display(split_table.rename(columns=columns).round(3))
     print_targets(split_table)
@@ -1564,9 +1567,9 @@ def explore_comparison(labels):
     runs, start = committed_runs(labels)
     if len(runs) < 2:
         return None
-    table = pd.DataFrame({labels[name]: seeds_summary(tables, start) for name, tables in runs.items()}).T
-    table["drawn turns (training)"] = [tables["history"]["explored_rate"].mean() for tables in runs.values()]
-    return table.astype(float)
+    table = runs_summary(runs, labels, start)
+    table["drawn turns (training)"] = [float(tables["history"]["explored_rate"].mean()) for tables in runs.values()]
+    return table
 
 
 for labels in [EXPLORE_TABLES, *EXPLORE_WIDER_TABLES]:
@@ -1910,8 +1913,7 @@ REANCHOR_TABLES = {"apo_sloppy_h192_gsvk1024_b03": "2.3M: held recipe, 60 it.",
                    "apo_sloppy_h192_gsvk1024_b03_r2": "2.3M: held recipe, 60 it., re-anchored, 60 it."}
 reanchor_runs, reanchor_start = committed_runs(REANCHOR_TABLES)
 if "apo_sloppy_h192_gsvk1024_b03_r2" in reanchor_runs:
-    reanchor_table = pd.DataFrame({REANCHOR_TABLES[name]: seeds_summary(tables, reanchor_start)
-                                   for name, tables in reanchor_runs.items()}).T.astype(float)
+    reanchor_table = runs_summary(reanchor_runs, REANCHOR_TABLES, reanchor_start)
     display(reanchor_table.rename(columns=columns).round(3))
     print_targets(reanchor_table)
     second = reanchor_runs["apo_sloppy_h192_gsvk1024_b03_r2"]

@@ -659,11 +659,11 @@ def test_cli_train_reanchors_each_seed_on_its_own_earlier_policy(ref_dir, tmp_pa
 
 def test_lineage_follows_a_policy_to_the_pi_ref_its_runs_started_from(tmp_path):
     from apo_helpers.apo.sft import with_reference_goals
-    from apo_helpers.policy.models import LINEAGE_FILE, lineage, lineage_files
+    from apo_helpers.policy.models import LINEAGE_FILE, Lineage, lineage, lineage_files
 
     origin, policy = tmp_path / "pi_ref", tmp_path / "policy"
     origin.mkdir(), policy.mkdir()
-    assert lineage(origin) == lineage(origin).__class__(origin, 0, 0)  # a pi_ref is its own origin
+    assert lineage(origin) == Lineage(origin, 0, 0)  # a pi_ref is its own origin
     record = lineage_files(origin, 60)
     (policy / LINEAGE_FILE).write_text(record[LINEAGE_FILE])
     assert (lineage(policy).origin, lineage(policy).rounds, lineage(policy).iterations) == (origin, 1, 60)
