@@ -1917,12 +1917,13 @@ REANCHOR_TABLES = {"apo_sloppy_h192_gsvk1024_b03": "2.3M: held recipe, 60 it.",
                    "apo_sloppy_h192_gsvk1024_b03_r2": "2.3M: held recipe, 60 it., re-anchored once, 60 it.",
                    "apo_sloppy_h192_gsvk1024_b03_r3": "2.3M: held recipe, 60 it., re-anchored twice, 60 it. each",
                    "apo_sloppy_h192_gsvk1024_b03_r4": "2.3M: held recipe, 60 it., re-anchored 3 times, 60 it. each"}
-REANCHORED = [name for name in REANCHOR_TABLES if name.rsplit("_", 1)[-1] in ("r2", "r3", "r4")]
 
 
 def after_earlier_runs(tables):
-    """A re-anchored run's curves with its iterations counted after those of the runs before it (its lineage)."""
-    before = int(tables["seeds"].query("objective != 'pi_ref'")["ref_iterations"].iloc[0])
+    """A run's curves with its iterations counted after those of the runs before it (a re-anchored run's lineage;
+    a run that started from π_ref has none)."""
+    trained = tables["seeds"].query("objective != 'pi_ref'")
+    before = int(trained["ref_iterations"].iloc[0]) if "ref_iterations" in trained else 0
     return {part: table.assign(iteration=table["iteration"] + before) if part != "seeds" else table
             for part, table in tables.items()}
 
@@ -1932,8 +1933,8 @@ if "apo_sloppy_h192_gsvk1024_b03_r2" in reanchor_runs:
     reanchor_table = runs_summary(reanchor_runs, REANCHOR_TABLES, reanchor_start)
     display(reanchor_table.rename(columns=columns).round(3))
     print_targets(reanchor_table)
-    curves = {"apo_sloppy_h192_gsvk1024_b03_it120": reanchor_runs["apo_sloppy_h192_gsvk1024_b03_it120"],
-              **{name: after_earlier_runs(reanchor_runs[name]) for name in REANCHORED if name in reanchor_runs}}
+    curves = {name: after_earlier_runs(tables) for name, tables in reanchor_runs.items()
+              if name != "apo_sloppy_h192_gsvk1024_b03"}  # its 60 iterations are the 120-iteration run's first half
     plot_seed_curves(curves, REANCHOR_TABLES,
                      [*SUCCESS_AND_INVALID, ("kl", "KL to the run's own π_ref (10-it. mean)", False)], window=10,
                      title="One run continued, or re-anchored every 60 iterations", figure_name="04_reanchor")
@@ -1947,15 +1948,15 @@ else:
 # first run had learned to solve every time dropped out, goals it had brought within reach came in, so the second
 # run's training batches succeed less often than the continued run's (second panel): it practises harder goals. The
 # re-anchored seeds' KL starts again from zero and stays below the continued run's (right panel); their invalid
-# replies stay rare on test. Their purchases lack an option less often than after the first 60 iterations and go above the
-# budget a little less often (the README gives the counts): the gain still comes mostly from the item page.
+# replies stay rare on test. Their purchases lack an option less often than after the first 60 iterations and go
+# above the budget a little less often (the README gives the counts): the gain still comes mostly from the item page.
 #
 # The rounds do not keep adding. The second re-anchoring adds less than the first, for the largest mean gain from
 # any π_ref in this notebook, and the third ends lower on test than the second while its val success stays where
 # the second's was: each round's stage 1 keeps fewer goals whose rewards vary, the later rounds' rollouts make more
 # invalid replies (third panel), and after two rounds the runs move around a plateau short of the target (printed)
-# rather than up. Whether the first round's gain holds over the other
-# 2.3M π_refs, these runs do not tell (the README's "Not tried yet").
+# rather than up. Whether the first round's gain holds over the other 2.3M π_refs, these runs do not tell (the
+# README's "Not tried yet").
 
 # %% [markdown]
 # ## 9. Before and after, on the same goals
