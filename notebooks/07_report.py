@@ -217,6 +217,11 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
                                         f"{HELD}, 60 iterations, re-anchored twice on each seed's policy, 60 more each"),
     "apo_sloppy_h192_gsvk1024_b03_r4": ("options ignored, 2.3M-parameter model",
                                         f"{HELD}, 60 iterations, re-anchored 3 times on each seed's policy, 60 more each"),
+    "apo_sloppy_h192_gsvk1024_b03_e30": ("options ignored, 2.3M-parameter model", f"{HELD}, 30 iterations"),
+    **{f"apo_sloppy_h192_gsvk1024_b03_e30_r{n}": ("options ignored, 2.3M-parameter model",
+                                                  f"{HELD}, 30 iterations, re-anchored {times} on each seed's policy, "
+                                                  f"30 more{each}")
+       for n, times, each in ((2, "once", ""), (3, "twice", " each"), (4, "3 times", " each"))},
     "apo_sloppy_h192_seed1_gsvko03_b03_it120": ("options ignored, 2.3M-parameter model, init seed 1",
                                                 f"{HELD}, {DRAWN}, 120 iterations"),
     "apo_sloppy_h256_seed1_gsvk512_b03_it120": ("options ignored, 3.9M-parameter model, init seed 1",
