@@ -178,6 +178,7 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
                                           "from other initial weights and batch order (`train-ref --model "
                                           "hidden_size=256 intermediate_size=768 --seed 1`)",
                                           f"{HELD}, stage 1 on 512 goals")}
+E30_REFS = (("", ""), ("_seed1", ", init seed 1"))  # the pi_refs re-anchored every 30 iterations: name part, label
 SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's label, the recipe's change)
     "apo_rerun_gsv1024_b01": ("full expert, retrained", "beta2 0.01"),
     "apo_rerun_gsv1024_b01_it120": ("full expert, retrained", "beta2 0.01, 120 iterations"),
@@ -217,11 +218,12 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
                                         f"{HELD}, 60 iterations, re-anchored twice on each seed's policy, 60 more each"),
     "apo_sloppy_h192_gsvk1024_b03_r4": ("options ignored, 2.3M-parameter model",
                                         f"{HELD}, 60 iterations, re-anchored 3 times on each seed's policy, 60 more each"),
-    "apo_sloppy_h192_gsvk1024_b03_e30": ("options ignored, 2.3M-parameter model", f"{HELD}, 30 iterations"),
-    **{f"apo_sloppy_h192_gsvk1024_b03_e30_r{n}": ("options ignored, 2.3M-parameter model",
-                                                  f"{HELD}, 30 iterations, re-anchored {times} on each seed's policy, "
-                                                  f"30 more{each}")
-       for n, times, each in ((2, "once", ""), (3, "twice", " each"), (4, "3 times", " each"))},
+    **{f"apo_sloppy_h192{ref}_gsvk1024_b03_e30": (f"options ignored, 2.3M-parameter model{init}",
+                                                  f"{HELD}, 30 iterations") for ref, init in E30_REFS},
+    **{f"apo_sloppy_h192{ref}_gsvk1024_b03_e30_r{n}": (f"options ignored, 2.3M-parameter model{init}",
+                                                       f"{HELD}, 30 iterations, re-anchored {times} on each seed's "
+                                                       f"policy, 30 more{each}")
+       for ref, init in E30_REFS for n, times, each in ((2, "once", ""), (3, "twice", " each"), (4, "3 times", " each"))},
     "apo_sloppy_h192_seed1_gsvko03_b03_it120": ("options ignored, 2.3M-parameter model, init seed 1",
                                                 f"{HELD}, {DRAWN}, 120 iterations"),
     "apo_sloppy_h256_seed1_gsvk512_b03_it120": ("options ignored, 3.9M-parameter model, init seed 1",
