@@ -1981,14 +1981,16 @@ SCHEDULES = {"never (one run, 60 and 120 it.)": ["apo_sloppy_h192_gsvk1024_b03",
 
 
 def test_success_by_iterations(names):
-    """Each committed run's seeds' test success at the iterations its lineage has trained (π_ref's at 0)."""
+    """Each committed run's seeds' test success, and its gain over the lineage's π_ref, at the iterations its
+    lineage has trained (π_ref's at 0)."""
     runs, start = committed_runs(names)
     rows = [{"iteration": 0, "test_success": start["test_success"]}] if runs else []  # greedy: one value
     for tables in runs.values():
         trained = tables["seeds"].query("objective != 'pi_ref'")
         points = trained.assign(iteration=trained["iterations"] + lineage_iterations(trained))
         rows += points[["iteration", "seed", "test_success"]].to_dict("records")
-    return pd.DataFrame(rows, columns=["iteration", "seed", "test_success"]).astype({"iteration": int})
+    points = pd.DataFrame(rows, columns=["iteration", "seed", "test_success"]).astype({"iteration": int})
+    return points.assign(gain=points["test_success"] - (start["test_success"] if runs else 0.0))
 
 
 def plot_by_iterations(point_sets, column, target, ylabel, title, figure_name, fmt=lambda label: "o-"):
@@ -2047,14 +2049,7 @@ REF_LINEAGES = {"first π_ref, never": SCHEDULES["never (one run, 60 and 120 it.
                 "second π_ref, every 30": ["apo_sloppy_h192_seed1_gsvk1024_b03_e30",
                                            *(f"apo_sloppy_h192_seed1_gsvk1024_b03_e30_r{n}" for n in (2, 3, 4))]}
 
-
-def gain_by_iterations(names):
-    """``test_success_by_iterations`` less the lineage's π_ref: the gain at each iteration count, per seed."""
-    points = test_success_by_iterations(names)
-    return points.assign(gain=points["test_success"] - points.query("iteration == 0")["test_success"].iloc[0])
-
-
-lineage_points = {label: gain_by_iterations(names) for label, names in REF_LINEAGES.items()}
+lineage_points = {label: test_success_by_iterations(names) for label, names in REF_LINEAGES.items()}
 if len(lineage_points["second π_ref, every 30"]) > 1:
     display(plot_by_iterations(lineage_points, "gain", 0.10, "test success − its π_ref's",
                                "Re-anchoring every 30 iterations, from two π_refs", "04_reanchor_refs",
