@@ -2083,8 +2083,8 @@ else:
 # ```
 #
 # and the same with `0.25` and `sloppy25`. The table puts each run under its own π_ref; the figure draws π_ref and
-# every seed against the share, for test success and for how often an option is clicked on the test goals that
-# ask for some.
+# the seeds (their mean and range) against the share, for test success and for how often an option is clicked on
+# the test goals that ask for some.
 
 # %%
 SHARE_TABLES = {"apo_sloppy25_h192_gsvk1024_b03": 0.25, "apo_sloppy_h192_gsvk1024_b03": 0.5,
@@ -2093,19 +2093,15 @@ SHARE_LABELS = {name: f"options ignored in {share:.0%}" for name, share in SHARE
 
 
 def plot_by_share(runs, panels, figure_name):
-    """Per ``panels`` entry ``(seeds-table column, title)``: π_ref, each seed and the seeds' mean against the share
-    of demonstrations that ignore the options (``SHARE_TABLES``)."""
+    """Per ``panels`` entry ``(seeds-table column, title)``: π_ref, and the seeds' mean with the band from the lowest
+    to the highest seed, against the share of demonstrations that ignore the options (``SHARE_TABLES``)."""
+    rows = pd.concat([tables["seeds"].assign(share=SHARE_TABLES[name]) for name, tables in runs.items()])
+    refs, trained = rows.query("objective == 'pi_ref'"), rows.query("objective != 'pi_ref'")
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.2))
-    shares = [SHARE_TABLES[name] for name in runs]
     for ax, (column, title) in zip(axes, panels):
-        refs = [tables["seeds"].query("objective == 'pi_ref'")[column].iloc[0] for tables in runs.values()]
-        seeds = [tables["seeds"].query("objective != 'pi_ref'")[column] for tables in runs.values()]
-        for share, values in zip(shares, seeds):
-            ax.scatter([share] * len(values), values, color="tab:blue", alpha=0.5,
-                       label="A*PO, each seed" if share == shares[0] else None)
-        ax.plot(shares, [values.mean() for values in seeds], "o-", color="tab:blue", label="A*PO, mean of seeds")
-        ax.plot(shares, refs, "s--", color="black", label="π_ref")
-        ax.set(title=title, xlabel="share of demonstrations that ignore the options", xticks=shares)
+        plots.seed_band(ax, trained, column, x="share", label="A*PO, mean and seeds' range", fmt="o-", alpha=0.2)
+        ax.plot(refs["share"], refs[column], "s--", color="black", label="π_ref")
+        ax.set(title=title, xlabel="share of demonstrations that ignore the options", xticks=refs["share"])
     axes[0].legend(fontsize=8)
     fig.suptitle("The held recipe (60 iterations) from 2.3M π_refs of more or less sloppy demonstrators", y=1.04)
     plots.save(fig, figure_name)
