@@ -1636,16 +1636,25 @@ def table_with_own_refs(runs, labels):
 
 SUCCESS_AND_INVALID = [("success", "sampled success, training batches (10-it. mean)", False),  # plot_seed_curves
                        ("invalid_rate", "invalid actions in the rollouts (10-it. mean)", False)]
+
+
+def compare_own_refs(labels, title, figure_name, least=1):
+    """The committed runs among ``labels``, each under its own π_ref (``table_with_own_refs``); their seeds' val
+    success, sampled success and invalid actions in one figure; the target's verdict per run. Needs at least
+    ``least`` committed runs, else says so."""
+    runs, _ = committed_runs(labels)
+    if len(runs) < least:
+        print("run the commands above to compare")
+        return
+    table = table_with_own_refs(runs, labels)
+    display(table.round(3))
+    plot_seed_curves(runs, labels, SUCCESS_AND_INVALID, window=10, title=title, figure_name=figure_name)
+    print_targets(table.dropna(subset=["gain over π_ref"]))
+
+
 SELECTED_TABLES = {"apo_sloppy_gsv1024_b03": "WebShop's pages", "apo_selected_gsv1024_b03": "pages show the selection"}
-selected_runs, _ = committed_runs(SELECTED_TABLES)
-if len(selected_runs) > 1:
-    selected_table = table_with_own_refs(selected_runs, SELECTED_TABLES)
-    display(selected_table.round(3))
-    plot_seed_curves(selected_runs, SELECTED_TABLES, SUCCESS_AND_INVALID, window=10,
-        title="β₂ = 0.03, goals whose rewards vary: item pages that show the selection", figure_name="04_selected")
-    print_targets(selected_table.dropna(subset=["gain over π_ref"]))
-else:
-    print("run the commands above to compare")
+compare_own_refs(SELECTED_TABLES, "β₂ = 0.03, goals whose rewards vary: item pages that show the selection",
+                 "04_selected", least=2)
 
 # %% [markdown]
 # **What this says.** Showing the selection helps imitation, not RL. The π_ref imitated on such pages starts well
@@ -1678,16 +1687,9 @@ else:
 # %%
 SELECTED_HELD_TABLES = {"apo_selected_gsvk1024_b03": "selection shown, held recipe",
                         "apo_selected_gsvko03_b03": "selection shown, held + explore_options"}
-selected_held_runs, _ = committed_runs(SELECTED_HELD_TABLES)
-if selected_held_runs:
-    selected_held = table_with_own_refs(selected_held_runs, SELECTED_HELD_TABLES)
-    display(selected_held.round(3))
-    plot_seed_curves(selected_held_runs, SELECTED_HELD_TABLES, SUCCESS_AND_INVALID, window=10,
-        title="item pages that show the selection: the held recipe, with and without drawn option values",
-        figure_name="04_selected_explore")
-    print_targets(selected_held.dropna(subset=["gain over π_ref"]))
-else:
-    print("run the commands above to compare")
+compare_own_refs(SELECTED_HELD_TABLES,
+                 "item pages that show the selection: the held recipe, with and without drawn option values",
+                 "04_selected_explore")
 selected_probe = RESULTS_DIR / "early_purchases_selected_class.csv"
 if selected_probe.exists():
     selected_probed = pd.read_csv(selected_probe).query("temperature == 1.0")
@@ -2131,6 +2133,88 @@ else:
 # a little less, and none comes near the +10 points of the target (the lines printed under the figure).
 
 # %% [markdown]
+# ### Pages that show the selection, at 2.3M
+#
+# Two-option goals are where every policy above fails most: after one option click WebShop's item page looks the
+# same, and the policy, which sees the earlier actions only as a list, clicks the same value again or buys with the
+# second missing. At 1.1M, pages that state the selection (`show_selected_options`, above) helped imitation and
+# not RL. The 2.3M model is the size at which the seeds took up the option habit from WebShop's pages, so the same
+# rendering at that size: a π_ref of its own (the first 2.3M π_ref's demonstrations, initial weights and steps, on
+# pages that show the selection), its own stage 1, and the held recipe's three seeds for 60 iterations:
+#
+# ```
+# python -m apo_helpers train-ref --profile class --skip-options 0.5 --show-selected-options \
+#     --model hidden_size=192 intermediate_size=576
+# python -m apo_helpers train --profile class --seeds 0 1 2 --iterations 60 \
+#     --ref runs/pi_ref_class_skip_options_0.5_selected_hidden_size_192_intermediate_size_576 \
+#     --set vstar_goals=1024 keep_varying=True greedy_search=True greedy_kl=0.01 beta2=0.03 \
+#     --out runs/apo_selected_h192_gsvk1024_b03_class --name apo_selected_h192_gsvk1024_b03 --save
+# ```
+#
+# Then each π_ref and its seeds on the test goals that ask for options: the item-page probe (section 6's
+# `decisions`: at the first item page of π_ref's greedy episodes, how likely each policy clicks an option) and
+# their greedy episodes counted by how many options a goal asks for (`analysis.failures.option_progress`); one
+# call per rendering, since a call probes policies of one rendering together:
+#
+# ```
+# python -m apo_helpers decisions --profile class \
+#     --states-from runs/pi_ref_class_skip_options_0.5_hidden_size_192_intermediate_size_576 \
+#     --models pi_ref=runs/pi_ref_class_skip_options_0.5_hidden_size_192_intermediate_size_576 \
+#              seed0=runs/apo_sloppy_h192_gsvk1024_b03_class/seed_0/policy ... (seeds 1, 2) --save --name h192
+# # the same from the selected π_ref and runs/apo_selected_h192_gsvk1024_b03_class: --name selected_h192
+# ```
+
+# %%
+from apo_helpers.analysis.decisions import decision_summary
+from apo_helpers.analysis.failures import option_progress
+
+SELECTED_H192_TABLES = {"apo_sloppy_h192_gsvk1024_b03": "2.3M, WebShop's pages",
+                        "apo_selected_h192_gsvk1024_b03": "2.3M, pages show the selection"}
+PROGRESS_FILES = {"2.3M, WebShop's pages": "option_progress_h192_class.csv",
+                  "2.3M, pages show the selection": "option_progress_selected_h192_class.csv"}
+
+
+def progress_by_policy(files):
+    """``option_progress`` of each committed table of greedy test episodes, π_ref's row, then its seeds' episodes
+    pooled (three per goal, so their rates are the seeds' mean)."""
+    tables = []
+    for pages, file in files.items():
+        if (RESULTS_DIR / file).exists():
+            table = pd.read_csv(RESULTS_DIR / file)
+            who = table["method"].where(table["method"] == "pi_ref", "A*PO seeds").replace("pi_ref", "π_ref")
+            tables.append(table.assign(method=f"{pages}: " + who))
+    if not tables:
+        return None
+    return option_progress(pd.concat(tables, ignore_index=True)).rename(columns={"goals": "episodes"})
+
+
+compare_own_refs(SELECTED_H192_TABLES,
+                 "The held recipe from 2.3M π_refs: WebShop's pages and pages that show the selection",
+                 "04_selected_h192", least=2)
+for pages, file in PROGRESS_FILES.items():  # the probe's table sits beside each progress table
+    probe = RESULTS_DIR / file.replace("option_progress", "decisions")
+    if probe.exists():
+        print(f"{pages}: the item-page probe at π_ref's states")
+        display(decision_summary(pd.read_csv(probe)).round(3))
+progress = progress_by_policy(PROGRESS_FILES)
+if progress is not None:
+    display(progress.round(3))
+
+# %% [markdown]
+# **What this says.** At 2.3M a page that states the selection helps neither imitation (at 1.1M it had helped
+# imitation only) nor RL. Its π_ref starts where the π_ref on WebShop's pages starts, and the held recipe from it
+# gains less: at the same item pages its seeds move far less of the probability from `buy now` to an option (the
+# probe), on the test goals two of three click an option barely more often than their π_ref, and their training
+# batches' sampled success rises less (the middle panel). The counts by number of options say where the whole family
+# stops. On the goals that ask for one option, the seeds from WebShop's pages click a value where π_ref clicked none
+# and solve far more of them: that is where their gain comes from. On the goals that ask for two, a quarter of the
+# test goals, no policy of either rendering succeeds more than once. On WebShop's pages most of the seeds' episodes
+# there select one value and buy, some after clicking it twice; on the pages that show the selection the seeds never
+# click a value twice and never select both values either. The page removed the repeat, not the stop: the second
+# value is a click RL does not find on either page (the early-purchase probe above measured the same at 1.1M). With
+# the two-option goals out of reach, the target has to come from the other three quarters of the test goals.
+
+# %% [markdown]
 # ## 9. Before and after, on the same goals
 #
 # The viewer shows π_ref's and the trained policy's greedy episodes on the same test goals. The trained policy is
@@ -2275,3 +2359,7 @@ else:
 #   demonstrations ignore the options a quarter, half or three quarters of the time, the seeds of the first two end
 #   at about the same option habit, and from the third, whose samples seldom click an option, the habit barely
 #   grows. No share reaches the target.
+# - Two-option goals, a quarter of the test goals, are out of reach of the 2.3M π_refs and their seeds (section 8):
+#   they select one value and buy, or click it twice, and succeed on at most one of them. Pages that state the
+#   selection at 2.3M remove the repeated click and not the stop, and the held recipe gains less from them than from
+#   WebShop's pages.

@@ -182,7 +182,12 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
                                               f"that ignore the options in {share} of the episodes by a tiny Llama of "
                                               f"hidden size 192 (`train-ref --skip-options {flag} --model "
                                               "hidden_size=192 intermediate_size=576`)", HELD)
-       for tag, share, flag in (("25", "a quarter", "0.25"), ("75", "three quarters", "0.75"))}}
+       for tag, share, flag in (("25", "a quarter", "0.25"), ("75", "three quarters", "0.75"))},
+    "apo_selected_h192_gsvk1024_b03": ("options ignored, selection shown, 2.3M-parameter model", "the demonstrations "
+                                       "that ignore the options half the time, on item pages that say which option "
+                                       "is selected, by a tiny Llama of hidden size 192 (`train-ref "
+                                       "--show-selected-options --model hidden_size=192 intermediate_size=576`)",
+                                       HELD)}
 E30_REFS = (("", ""), ("_seed1", ", init seed 1"))  # the pi_refs re-anchored every 30 iterations: name part, label
 SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's label, the recipe's change)
     "apo_rerun_gsv1024_b01": ("full expert, retrained", "beta2 0.01"),
