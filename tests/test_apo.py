@@ -312,6 +312,21 @@ def test_goal_filters_apply_to_cached_tables_too(models, monkeypatch, tmp_path):
     assert disagreeing.table["rewards"].tolist() == [[1.0, 0.0]]
 
 
+def test_min_options_keeps_the_goals_that_ask_for_that_many(models, monkeypatch, tmp_path):
+    _, ref_model, tokenizer = models
+    monkeypatch.setattr("apo_helpers.apo.vstar.sample_rewards",
+                        lambda model, tokenizer, goals, *a, **k: ([[1.0, 0.0]] * len(goals), []))
+    everything = stage1(ref_model, tokenizer, P, tmp_path, progress=False)
+    asked = [len(goal.options) for goal in everything.goals()]
+    assert len(set(asked)) > 1, "the ci profile's stage-1 goals should mix option counts"
+    for least in (1, 2):
+        profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, min_options=least, keep_varying=True))
+        result = stage1(ref_model, tokenizer, profile, tmp_path, progress=False)
+        assert result.loaded and result.key == everything.key  # a filter: the cached samples serve it
+        assert [len(g.options) for g in result.goals()] == [n for n in asked if n >= least]
+        assert result.dropped == sum(n < least for n in asked)
+
+
 @pytest.mark.parametrize("damage", ["no_meta", "bad_json", "missing_column", "bad_rewards"])
 def test_malformed_vstar_files_are_named(models, tmp_path, damage):
     _, ref_model, tokenizer = models

@@ -105,7 +105,8 @@ class VStarTable:
     table: pd.DataFrame
     key: str
     dropped: int = 0
-    """Goals removed by the filters ``drop_unsolved``, ``keep_disagreeing`` and ``keep_varying`` (``filter_goals``)."""
+    """Goals removed by the filters ``drop_unsolved``, ``keep_disagreeing``, ``keep_varying`` and ``min_options``
+    (``filter_goals``)."""
     loaded: bool = False
     """True when the table came from the cache."""
     seconds: float | None = None
@@ -231,8 +232,8 @@ def stage1(model, tokenizer, profile: Profile, cache_dir=None, goals: list[Goal]
 
 def filter_goals(result: VStarTable, config: APOConfig) -> VStarTable:
     """Drop the goals the config's filters exclude: ``drop_unsolved`` (no sample scored above 0),
-    ``keep_disagreeing`` (not both a success and a failure among the N samples) and ``keep_varying`` (all N rewards
-    equal); ``dropped`` counts them."""
+    ``keep_disagreeing`` (not both a success and a failure among the N samples), ``keep_varying`` (all N rewards
+    equal) and ``min_options`` (fewer options asked); ``dropped`` counts them."""
     table = result.table
     keep = pd.Series(True, index=table.index)
     if config.drop_unsolved:
@@ -241,4 +242,7 @@ def filter_goals(result: VStarTable, config: APOConfig) -> VStarTable:
         keep &= (table["successes"] > 0) & (table["successes"] < table["rewards"].map(len))
     if config.keep_varying:
         keep &= table["rewards"].map(lambda r: max(r) > min(r))
+    if config.min_options:
+        options = [len(goal.options) for goal in result.goals()]
+        keep &= pd.Series(options, index=table.index) >= config.min_options
     return dataclasses.replace(result, table=table[keep].reset_index(drop=True), dropped=int((~keep).sum()))
