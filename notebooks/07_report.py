@@ -222,6 +222,8 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_h192_gsvkr03_b03": ("options ignored, 2.3M-parameter model", f"{HELD}, {PRODUCTS}"),
     "apo_sloppy_h192_gsvkr03h_b03": ("options ignored, 2.3M-parameter model",
                                      f"{HELD}, {PRODUCTS}, failed draws held at pi_ref"),
+    "apo_sloppy_h192_gsvk1024_b03_two": ("options ignored, 2.3M-parameter model",
+                                         f"{HELD}, only the goals that ask for two options"),
     "apo_sloppy_h192_gsvk1024_b03_r2": ("options ignored, 2.3M-parameter model",
                                         f"{HELD}, 60 iterations, re-anchored on each seed's policy, 60 more"),
     "apo_sloppy_h192_gsvk1024_b03_r3": ("options ignored, 2.3M-parameter model",
