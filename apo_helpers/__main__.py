@@ -187,6 +187,18 @@ def _reference_arg(args, profile, seed: int | None = None):
     return ref
 
 
+def cmd_average(args) -> int:
+    """The mean of several policies' weights saved as one policy folder (a soup of one run's seeds)."""
+    from .policy.models import average_policies
+
+    out = average_policies(args.policies, args.out)
+    if args.json:
+        print(json.dumps({"out": str(out), "averaged": args.policies}))
+    else:
+        print(f"averaged {len(args.policies)} policies into {out}")
+    return 0
+
+
 def cmd_pretrained(args) -> int:
     """The profile's pretrained model (SmolLM2 by default) on val, zero-shot and after a short imitation."""
     from .analysis.pretrained import before_after_imitation
@@ -766,6 +778,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "side or on another machine")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("average", help="the mean of several policies' weights (one run's seeds) as one policy folder")
+    p.add_argument("policies", nargs="+", help="policy folders, e.g. runs/<run>_class/seed_{0,1,2}/policy")
+    p.add_argument("--out", required=True, help="the averaged policy's folder")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_average)
 
     p = sub.add_parser("compare", help="every objective from the same pi_ref and budget: curves, time, memory")
     p.add_argument("--objectives", nargs="+", default=COMPARED_OBJECTIVES)

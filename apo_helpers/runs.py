@@ -17,7 +17,7 @@ from .apo.trainer import Trainer, latest_checkpoint, load_models, make_accelerat
 from .apo.vstar import stage1
 from .config import MODEL_SIZE_FIELDS, PROFILES, ModelConfig, Profile, apo_overrides, numerics
 from .files import atomic_write_text
-from .policy.models import lineage, lineage_files, rendering_files, save_policy, with_rendering
+from .policy.models import averaged_count, lineage, lineage_files, rendering_files, save_policy, with_rendering
 
 
 def _ref_record(ref_dir) -> dict:
@@ -61,7 +61,8 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
     Writes under ``out_dir``: ``checkpoints/``, ``history.csv``, ``evals.csv``, ``policy/`` and ``metrics.json``.
     ``policy/`` can be the next run's pi_ref (re-anchoring: stage 1 and the regression then start from it); its
     ``lineage.json`` keeps the first pi_ref, which names the run (``ref``) beside ``ref_rounds`` and
-    ``ref_iterations``, the runs and iterations that came before this one.
+    ``ref_iterations``, the runs and iterations that came before this one, and ``ref_averaged``, how many seeds'
+    policies were averaged into this run's pi_ref (0: none).
     """
     out_dir = Path(out_dir)
     profile = with_reference_goals(with_rendering(profile, ref_dir), ref_dir)  # pages and goals as pi_ref learned
@@ -79,6 +80,7 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
     test = trainer.evaluate("test", profile.apo.test_episodes)
     metrics = {"objective": objective, "seed": seed, "profile": profile.name, "iterations": state.iteration,
                "ref": chain.origin.name, "ref_rounds": chain.rounds, "ref_iterations": chain.iterations,
+               "ref_averaged": averaged_count(ref_dir),
                "apo_overrides": apo_overrides(profile),
                **_ref_record(chain.origin),
                "show_selected_options": profile.policy.show_selected_options,

@@ -1995,12 +1995,17 @@ def test_success_by_iterations(names):
     return points.assign(gain=points["test_success"] - (start["test_success"] if runs else 0.0))
 
 
-def plot_by_iterations(point_sets, column, target, ylabel, title, figure_name, fmt=lambda label: "o-"):
+def plot_by_iterations(point_sets, column, target, ylabel, title, figure_name, fmt=lambda label: "o-", markers=None):
     """Each lineage's ``column`` against iterations since π_ref (the mean over seeds, the band from the lowest to the
-    highest seed) with the target dashed; saves the figure and returns the table of means."""
+    highest seed) with the target dashed, and ``markers`` (label -> (a lineage's label, a table of ``iteration`` and
+    ``column``)) as single policies in that lineage's colour; saves the figure and returns the table of means."""
     fig, ax = plt.subplots(figsize=(7, 3.5))
     bands = {label: plots.seed_band(ax, points, column, label=label, fmt=fmt(label), alpha=0.15)
              for label, points in point_sets.items()}
+    colors = {label: line.get_color() for label, line in zip(point_sets, ax.lines)}
+    for (label, (lineage, points)), shape in zip((markers or {}).items(), "sD^v"):
+        ax.plot(points["iteration"], points[column], shape, color=colors[lineage], markersize=9,
+                markerfacecolor="none", label=label)
     ax.axhline(target, color="gray", linestyle="--", label="target: π_ref + 10 points")
     ax.set_ylabel(ylabel); ax.set_xlabel("iterations since π_ref"); ax.set_title(title); ax.legend(fontsize=8)
     plots.save(fig, figure_name)
@@ -2066,6 +2071,83 @@ else:
 # π_ref the renewed chain runs above its own. The table of means beside the figure gives the
 # gains. What re-anchoring added from the first π_ref belongs to that π_ref more than to the method: over π_refs it
 # is about the size of the spread between them, and no lineage here reaches the dashed target.
+
+# %% [markdown]
+# ### Averaging the seeds: one soup as every seed's next π_ref
+#
+# The three seeds of a run start from the same π_ref and stay close to it, so their weights can be averaged into one
+# policy, a "model soup" (WARP merges policies RL-trained from one initialisation this way). Two uses of it: the soup
+# itself as the run's final policy, evaluated greedily like any other, and the soup as every seed's next π_ref, a
+# re-anchoring whose stage 1 is sampled once per round instead of once per seed. `average` writes the soup with the
+# seeds' lineage, so a run from it is still measured against the first π_ref:
+#
+# ```
+# python -m apo_helpers average runs/apo_sloppy_h192_gsvk1024_b03_class/seed_{0,1,2}/policy \
+#     --out runs/apo_sloppy_h192_gsvk1024_b03_soup
+# python -m apo_helpers evaluate --profile class --agent runs/apo_sloppy_h192_gsvk1024_b03_soup --split test \
+#     --name apo_sloppy_h192_gsvk1024_b03_soup --save             # and --split val --episodes 100, as runs evaluate
+# python -m apo_helpers vstar --profile class --ref runs/apo_sloppy_h192_gsvk1024_b03_soup \
+#     --set vstar_goals=1024 keep_varying=True greedy_search=True greedy_kl=0.01 beta2=0.03
+# python -m apo_helpers train --profile class --seeds 0 1 2 --iterations 60 \
+#     --ref runs/apo_sloppy_h192_gsvk1024_b03_soup \
+#     --set vstar_goals=1024 keep_varying=True greedy_search=True greedy_kl=0.01 beta2=0.03 \
+#     --out runs/apo_sloppy_h192_gsvk1024_b03_soup_r2_class --name apo_sloppy_h192_gsvk1024_b03_soup_r2 --save
+# ```
+#
+# The next round averages that run's seeds (`--out runs/apo_sloppy_h192_gsvk1024_b03_soup_r2_soup`) and trains
+# `..._soup_r3` from it. Every run's soup is `<run>_soup`, evaluated the same way; those of the chain that
+# re-anchors each seed on its own policy (`_r2`, `_r3`, `_r4` above) too. The figure draws both chains' seeds
+# (the mean and the band from the lowest to the highest seed) and their soups (markers) against the iterations
+# since π_ref; the table sets each soup beside the mean of the seeds it averages, on test and on the first 100 val
+# goals (the runs' own final evaluation).
+
+# %%
+SOUP_CHAINS = {"each seed its own π_ref": ["apo_sloppy_h192_gsvk1024_b03",
+                                           *(f"apo_sloppy_h192_gsvk1024_b03_r{n}" for n in (2, 3, 4))],
+               "every seed the soup": ["apo_sloppy_h192_gsvk1024_b03",
+                                       *(f"apo_sloppy_h192_gsvk1024_b03_soup_r{n}" for n in (2, 3))]}
+evaluations_path = RESULTS_DIR / "evaluations_class.csv"
+
+
+def soups_of(names):
+    """Each committed run's soup (``<run>_soup`` in evaluations_class.csv) beside the mean of the seeds it averages:
+    test and val success at the iterations the run's lineage has trained."""
+    evaluations = pd.read_csv(evaluations_path).query("k == 0") if evaluations_path.exists() else pd.DataFrame()
+    rows = []  # val: the first 100 goals, which the runs' own final evaluation plays
+    for name, tables in committed_runs(names)[0].items():
+        soup = evaluations.query("agent == @name + '_soup'").set_index("split")["success_rate"] if len(evaluations) else []
+        if "test" not in soup:
+            continue
+        trained = tables["seeds"].query("objective != 'pi_ref'")
+        rows.append({"run": name, "iteration": int((trained["iterations"] + lineage_iterations(trained)).iloc[0]),
+                     "seeds (test)": trained["test_success"].mean(), "soup (test)": soup["test"],
+                     "seeds (val)": trained["val_success"].mean(), "soup (val)": soup.get("val")})
+    return pd.DataFrame(rows)
+
+
+soup_points = {label: test_success_by_iterations(names) for label, names in SOUP_CHAINS.items()}
+soups = {label: soups_of(names) for label, names in SOUP_CHAINS.items()}
+if len(soup_points["every seed the soup"]) > 4 and all(len(table) for table in soups.values()):
+    start_success = soup_points["every seed the soup"].query("iteration == 0")["test_success"].iloc[0]
+    markers = {f"{label}: soup": (label, table.rename(columns={"soup (test)": "test_success"}))
+               for label, table in soups.items()}
+    display(plot_by_iterations(soup_points, "test_success", start_success + 0.10, "greedy test success",
+                               "Re-anchoring on each seed's policy or on the seeds' soup", "04_soups",
+                               markers=markers))
+    display(pd.concat(soups.values()).drop_duplicates("run").set_index("run").round(3))  # seeds: their mean
+else:
+    print("run the commands above to compare:", ", ".join(SOUP_CHAINS["every seed the soup"][1:]))
+
+# %% [markdown]
+# **What this says.** The seeds' weights average without harm: on test every soup plays within a point or two of
+# the mean of the seeds it averages, above it in most rounds, and on the val goals the soups of the rounds whose
+# seeds re-anchored on their own policies play a few points above theirs (the table). That is one policy per run at
+# no training cost, not a step to the target: no soup reaches the dashed line, and the best of them sits where the
+# best seed of its round does.
+# As every seed's next π_ref the soup does no better than each seed's own policy: the chain re-anchored on soups
+# stays at or below the other at each round, and its third round's stage 1 keeps fewer goals whose rewards vary
+# than any seed's of the other chain. A soup averages away the seeds' differences, and with them some of the goals
+# one seed had brought within reach and another had not; what the rounds converge to is the same plateau.
 
 # %% [markdown]
 # ### How much the demonstrator leaves out
@@ -2399,7 +2481,9 @@ else:
 #   first π_ref end. A second round adds less, for the largest mean gain in this notebook; a third ends lower on
 #   test: the rounds level off short of the target. Rounds of 30 iterations reach the same level in half the
 #   iterations and level off there too. From a second π_ref trained alike the same chain gains less than that
-#   π_ref's run that never renews: the first π_ref's rise does not carry over.
+#   π_ref's run that never renews: the first π_ref's rise does not carry over. Averaging the seeds' weights into one
+#   soup (`average`) plays within a point or two of their mean, mostly above it; as every seed's next π_ref it does
+#   no better than each seed's own policy.
 # - How sloppy the demonstrator is sets where π_ref starts, not where RL stops (section 8): from 2.3M π_refs whose
 #   demonstrations ignore the options a quarter, half or three quarters of the time, the seeds of the first two end
 #   at about the same option habit, and from the third, whose samples seldom click an option, the habit barely

@@ -694,6 +694,48 @@ def test_lineage_follows_a_policy_to_the_pi_ref_its_runs_started_from(tmp_path):
             lineage(policy)
 
 
+def test_average_policies_is_the_weights_mean_and_keeps_the_chain(ref_dir, tmp_path, capsys):
+    """A soup of one run's seeds: each weight the mean of theirs, the seeds' lineage kept (so it can be every seed's
+    next pi_ref), and a clear error for folders that cannot be averaged."""
+    import shutil
+
+    from apo_helpers.policy.models import (AVERAGED_FILE, LINEAGE_FILE, averaged_count, lineage, lineage_files,
+                                           load_policy)
+
+    seeds = []
+    for k, shift in enumerate([0.0, 0.3, 0.9]):
+        folder = tmp_path / f"seed_{k}"
+        shutil.copytree(ref_dir, folder)
+        (folder / LINEAGE_FILE).write_text(lineage_files(ref_dir, 60)[LINEAGE_FILE])
+        model, _ = load_policy(folder)
+        with torch.no_grad():
+            model.model.norm.weight.add_(shift)
+        model.save_pretrained(folder, safe_serialization=True)
+        seeds.append(folder)
+    assert main(["average", *map(str, seeds), "--out", str(tmp_path / "soup"), "--json"]) == 0
+    capsys.readouterr()
+    soup, _ = load_policy(tmp_path / "soup")
+    ref, _ = load_policy(ref_dir)
+    torch.testing.assert_close(soup.model.norm.weight, ref.model.norm.weight + 0.4)
+    torch.testing.assert_close(soup.model.embed_tokens.weight, ref.model.embed_tokens.weight)
+    assert lineage(tmp_path / "soup") == lineage(seeds[0])
+    assert json.loads((tmp_path / "soup" / AVERAGED_FILE).read_text()) == list(map(str, seeds))
+    assert (averaged_count(tmp_path / "soup"), averaged_count(seeds[0])) == (3, 0)  # train's metrics: ref_averaged
+    (tmp_path / "broken").mkdir()
+    for text in ["{oops", '["only one"]']:
+        (tmp_path / "broken" / AVERAGED_FILE).write_text(text)
+        with pytest.raises(ValueError, match=AVERAGED_FILE):
+            averaged_count(tmp_path / "broken")
+    (seeds[2] / LINEAGE_FILE).write_text(lineage_files(seeds[0], 60)[LINEAGE_FILE])  # a later round
+    assert main(["average", *map(str, seeds), "--out", str(tmp_path / "bad")]) == 2
+    assert "different chains" in capsys.readouterr().err
+    assert main(["average", str(seeds[0]), "--out", str(tmp_path / "bad")]) == 2
+    assert "at least two" in capsys.readouterr().err
+    assert main(["average", str(seeds[0]), str(tmp_path / "nothing"), "--out", str(tmp_path / "bad")]) == 2
+    assert "no policy at" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
 def test_cli_train_without_reference_says_how_to_get_one(tmp_path, capsys):
     assert main(["train", "--profile", "ci", "--ref", str(tmp_path / "nothing")]) == 2
     assert "train-ref" in capsys.readouterr().err

@@ -32,6 +32,10 @@ def test_trained_table_gives_mean_spread_and_reference(tmp_path):
            ref_iterations=60)  # each seed re-anchored on its own earlier run's policy: the row says after what
     assert trained_table(tmp_path).splitlines()[3].endswith(
         "| apo | `beta2=0.03`; re-anchored on each seed's policy after 60 iterations (1 run) |")
+    _seeds(tmp_path / "apo_class_seeds.csv", "apo", [0.40], apo_overrides="beta2=0.03", ref_rounds=1,
+           ref_iterations=60, ref_averaged=3)  # every seed re-anchored on the earlier seeds' averaged policy
+    assert trained_table(tmp_path).splitlines()[3].endswith(
+        "| apo | `beta2=0.03`; re-anchored on the average of 3 seeds' policies after 60 iterations (1 run) |")
     _seeds(tmp_path / "apo_class_seeds.csv", "apo", [0.40], apo_overrides="beta2=0.03", ref_rounds=0,
            ref_iterations=0)
     assert trained_table(tmp_path).splitlines()[3].endswith("| apo | `beta2=0.03` |")

@@ -92,7 +92,8 @@ def bench_rollout_table(results: Path = RESULTS_DIR) -> str | None:
 def _recipe(runs: pd.DataFrame) -> str:
     """The runs' ``--set`` changes to the profile (``apo_overrides`` in their metrics): ``none`` when they ran on the
     profile's settings, ``not recorded`` for tables written before runs recorded them; for runs re-anchored on
-    earlier runs' final policies (``ref_rounds``), how many iterations came before."""
+    earlier runs' final policies (``ref_rounds``), how many iterations came before, and on what (each seed's own
+    policy, or their average: ``ref_averaged``)."""
     if "apo_overrides" not in runs:
         return "not recorded"
     changes = runs["apo_overrides"].dropna()
@@ -100,7 +101,9 @@ def _recipe(runs: pd.DataFrame) -> str:
     rounds = runs["ref_rounds"].dropna() if "ref_rounds" in runs else pd.Series(dtype=float)
     if len(rounds) and rounds.iloc[0] > 0:
         before = int(runs["ref_iterations"].dropna().iloc[0])
-        recipe += f"; re-anchored on each seed's policy after {before} iterations ({int(rounds.iloc[0])} run"
+        averaged = runs["ref_averaged"].fillna(0) if "ref_averaged" in runs else pd.Series([0])
+        anchor = f"the average of {int(averaged.iloc[0])} seeds' policies" if averaged.iloc[0] else "each seed's policy"
+        recipe += f"; re-anchored on {anchor} after {before} iterations ({int(rounds.iloc[0])} run"
         recipe += "s)" if rounds.iloc[0] > 1 else ")"
     return recipe
 

@@ -243,6 +243,58 @@ def lineage_files(ref_dir, iterations: int) -> dict[str, str]:
     return {LINEAGE_FILE: json.dumps(record, indent=1) + "\n"}
 
 
+AVERAGED_FILE = "averaged_from.json"
+"""The file in a policy folder written by ``average_policies`` that lists the folders it averages."""
+
+
+def average_policies(directories, out) -> Path:
+    """Save to ``out`` the policy whose weights are the mean of the policies in ``directories`` (a model soup, as
+    WARP merges policies RL-trained from one init): A*PO seeds of one chain share their first pi_ref, so their
+    weights stay close enough to average. The folders must share architecture, tokenizer, rendering and lineage
+    (origin, rounds, iterations); the soup keeps that lineage, so it can serve as every seed's next pi_ref (notebook
+    04 section 8)."""
+    directories = [Path(d) for d in directories]
+    if len(directories) < 2:
+        raise ValueError(f"average_policies needs at least two policy folders, got {len(directories)}")
+    for directory in directories:
+        if not (directory / "model.safetensors").exists():
+            raise ValueError(f"no policy at {directory} (no model.safetensors)")
+    chains = {lineage(d) for d in directories}
+    if len(chains) > 1:
+        raise ValueError(f"the policies come from different chains {sorted(map(str, chains))}: average only seeds of "
+                         f"one run (same first pi_ref, rounds and iterations)")
+    texts = {name: {(d / name).read_text() if (d / name).exists() else None for d in directories}
+             for name in ("config.json", "tokenizer.json", RENDERING_FILE)}
+    for name, variants in texts.items():
+        if len(variants) > 1:
+            raise ValueError(f"the policies' {name} differ: only policies of one architecture, tokenizer and "
+                             f"rendering can be averaged")
+    model, tokenizer = load_policy(directories[0])
+    total = {k: v.detach().clone().double() for k, v in model.state_dict().items()}
+    for directory in directories[1:]:
+        for k, v in load_policy(directory)[0].state_dict().items():
+            total[k] += v.double()
+    model.load_state_dict({k: (v / len(directories)).to(model.state_dict()[k].dtype) for k, v in total.items()})
+    extra = {name: (directories[0] / name).read_text() for name in (RENDERING_FILE, LINEAGE_FILE)
+             if (directories[0] / name).exists()}
+    extra[AVERAGED_FILE] = json.dumps([str(d) for d in directories], indent=1) + "\n"
+    return save_policy(model, tokenizer, out, extra_files=extra)
+
+
+def averaged_count(directory) -> int:
+    """How many policies ``average_policies`` averaged into the folder (0 for any other policy)."""
+    path = Path(directory) / AVERAGED_FILE
+    if not path.exists():
+        return 0
+    try:
+        sources = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e}); it should list the averaged policy folders") from None
+    if not isinstance(sources, list) or len(sources) < 2:
+        raise ValueError(f"{path} should list at least two averaged policy folders, got {sources!r}")
+    return len(sources)
+
+
 def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
