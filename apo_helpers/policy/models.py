@@ -270,11 +270,12 @@ def average_policies(directories, out) -> Path:
             raise ValueError(f"the policies' {name} differ: only policies of one architecture, tokenizer and "
                              f"rendering can be averaged")
     model, tokenizer = load_policy(directories[0])
-    total = {k: v.detach().clone().double() for k, v in model.state_dict().items()}
+    state = model.state_dict()
+    total = {k: v.double() for k, v in state.items()}  # a float64 copy: the sum does not round per addition
     for directory in directories[1:]:
         for k, v in load_policy(directory)[0].state_dict().items():
             total[k] += v.double()
-    model.load_state_dict({k: (v / len(directories)).to(model.state_dict()[k].dtype) for k, v in total.items()})
+    model.load_state_dict({k: (total[k] / len(directories)).to(v.dtype) for k, v in state.items()})
     extra = {name: (directories[0] / name).read_text() for name in (RENDERING_FILE, LINEAGE_FILE)
              if (directories[0] / name).exists()}
     extra[AVERAGED_FILE] = json.dumps([str(d) for d in directories], indent=1) + "\n"
