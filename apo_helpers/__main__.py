@@ -386,6 +386,42 @@ def cmd_generalization(args) -> int:
     return 0
 
 
+def cmd_outcomes(args) -> int:
+    """Per-goal greedy outcomes of runs' final policies (with the pi_ref each chain started from) and of single policy
+    folders (analysis.significance); prints each run's gain over its pi_ref with a paired bootstrap interval, and with
+    --save merges the rows into data/results/goal_outcomes_<profile>.csv."""
+    import pandas as pd
+
+    from .analysis.generalization import run_seeds
+    from .analysis.significance import SINGLE_POLICY, gain_table, policy_outcomes, run_label, run_outcomes
+    from .config import RUNS_DIR
+    from .files import merge_csv_rows
+
+    if not args.run and not args.policy:
+        raise ValueError("outcomes needs --run RUN_FOLDER ... and/or --policy POLICY_FOLDER ...")
+    profile = get_profile(args.profile)
+    refs = {run: run_seeds(run)[0]["ref"] for run in args.run}  # each chain's first pi_ref, played once
+    singles = {Path(p).name: p for p in [*(RUNS_DIR / ref for ref in refs.values()), *args.policy]}  # once each
+    tables = [run_outcomes(run, profile, args.split, args.episodes, with_reference=False, progress=not args.json)
+              for run in args.run]
+    tables += [policy_outcomes(path, name, SINGLE_POLICY, profile, args.split, args.episodes, not args.json)
+               for name, path in singles.items()]
+    table = pd.concat(tables, ignore_index=True)
+    pairs = [(run_label(run, profile), ref) for run, ref in refs.items()]
+    gains = gain_table(table, pairs, args.split, target=0.10) if pairs else pd.DataFrame()
+    if args.json:
+        print(json.dumps({"gains": gains.to_dict("records")}))
+    else:
+        print(table.groupby(["policy", "seed"])["success"].mean().to_string())
+        if not gains.empty:
+            print(gains.round(3).to_string(index=False))
+    if args.save:
+        path = RESULTS_DIR / f"goal_outcomes_{profile.name}.csv"
+        merge_csv_rows(path, table.to_dict("records"), ["policy", "seed", "split", "goal_index"])
+        print(f"saved {path}")
+    return 0
+
+
 def cmd_purchases(args) -> int:
     """pi_ref and each seed's final policy of one or more runs, greedy on a split: every episode's failure class and
     what its last results page offered (analysis.purchases); with --save the rows are merged into
@@ -740,6 +776,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save", action="store_true", help="merge the rows into data/results/generalization_<profile>.csv")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_generalization)
+
+    p = sub.add_parser("outcomes", help="per-goal greedy outcomes of runs' final policies and their pi_ref, and each "
+                       "run's gain with a paired bootstrap interval over goals and seeds")
+    p.add_argument("--run", nargs="*", default=[], help="folders of finished `train` runs (seed_*/policy inside)")
+    p.add_argument("--policy", nargs="*", default=[], help="single policy folders (a soup, a pi_ref), labelled by "
+                   "their folder name")
+    p.add_argument("--split", default="test")
+    p.add_argument("--episodes", type=int, default=None, help="first goals of the split (default: all)")
+    p.add_argument("--profile", default=None, help="ci | class | gpu (default: $APO_PROFILE or class)")
+    p.add_argument("--save", action="store_true", help="merge the rows into data/results/goal_outcomes_<profile>.csv")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_outcomes)
 
     p = sub.add_parser("purchases", help="a run's pi_ref and final policies, greedy: each episode's failure class "
                        "and what its last results page offered")

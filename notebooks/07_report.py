@@ -425,17 +425,71 @@ if failures_path.exists():
 display(Markdown("\n".join(lines)))
 
 # %% [markdown]
-# ## 3. Key figures
+# ## 3. How sure are the gains? Intervals over goals and seeds
+#
+# A run's gain is measured on 200 test goals with three seeds, and both are draws of chance: three other seeds, or
+# another 200 goals, would give another number. The spread over seeds above covers the first; the second is shared
+# by every policy, because π_ref and the runs play the same goals, so a comparison is *paired*. The paired bootstrap
+# resamples both at once, 10,000 times: the goals with replacement (one draw for both policies), and each run's
+# seeds with replacement; the 2.5th and 97.5th percentiles of the resampled gains bound a 95% interval
+# (`apo_helpers.analysis.significance`). The per-goal outcomes are the greedy episodes of every seed's final policy
+# and of the chain's first π_ref: `python -m apo_helpers outcomes --run runs/NAME_class ... --policy SOUP ... --save`
+# writes `data/results/goal_outcomes_class.csv`; the check below ties them to the runs' committed seeds tables.
+
+# %%
+from apo_helpers.analysis.significance import check_against_seeds, gain_interval, gains_over_first_reference
+
+outcomes_path = RESULTS_DIR / "goal_outcomes_class.csv"
+gains = pd.DataFrame()
+if outcomes_path.exists():
+    outcomes = pd.read_csv(outcomes_path)
+    checked = check_against_seeds(outcomes, RESULTS_DIR)  # raises if any seed's outcomes differ from its table
+    print(f"{len(checked)} policies' per-goal outcomes match their seeds tables")
+    gains = gains_over_first_reference(outcomes, RESULTS_DIR, target=0.10)
+    gains["label"] = gains["policy"] + [" (one policy)" if n == 1 else "" for n in gains["policy_seeds"]]
+    fig = plots.gain_intervals(gains, target=0.10, title="gain over the chain's first π_ref, 95% paired interval")
+    plots.save(fig, "07_gain_intervals")
+    plt.show()
+gains.round(3)
+
+# %% [markdown]
+# Two comparisons the README's findings rest on, read the same way: does re-anchoring beat the run it continued,
+# and does the third round differ from the fourth?
+
+# %%
+if not gains.empty:
+    held = "apo_sloppy_h192_gsvk1024_b03"
+    pairs = [(f"{held}_r3", held), (f"{held}_r3", f"{held}_r4"), (f"{held}_r3_soup", f"{held}_r3"),
+             (f"{held}_r3", f"{held}_soup_r3")]
+    between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
+                            if {a, b} <= set(outcomes["policy"])])
+    best = gains.iloc[0]
+    lines = [f"- The largest gain, `{best['policy']}` over its first π_ref, is {best['gain']:+.1%} with a 95% "
+             f"interval of [{best['low']:+.1%}, {best['high']:+.1%}]; {best['draws_at_target']:.0%} of the resampled gains "
+             f"reach +10 points."]
+    above_zero, covers_target = int((gains["low"] > 0).sum()), int((gains["high"] >= 0.10).sum())
+    lines.append(f"- {above_zero} of the {len(gains)} policies have their whole interval above 0; {covers_target} "
+                 f"reach +10 points within theirs, and {int((gains['low'] >= 0.10).sum())} have the whole interval "
+                 f"above +10.")
+    for r in between.itertuples():
+        verdict = "includes 0: these goals and seeds cannot tell them apart" if r.low <= 0 <= r.high else "excludes 0"
+        lines.append(f"- `{r.policy}` against `{r.baseline}`: {r.gain:+.1%} [{r.low:+.1%}, {r.high:+.1%}], "
+                     f"{r.draws_above_zero:.0%} of the resampled differences above 0; the interval {verdict}.")
+    display(Markdown("\n".join(lines)))
+    display(between.round(3))
+
+# %% [markdown]
+# ## 4. Key figures
 
 # %%
 for name in ["01_baselines", "02_pi_ref_test", "03_vstar_distribution", "04_apo_seeds", "04_headroom",
-             "05_compare_curves", "05_compare_dynamics", "06_failure_classes"]:
+             "05_compare_curves", "05_compare_dynamics", "06_failure_classes", "07_gain_intervals"]:
     path = FIGURES_DIR / f"{name}.png"
     if path.exists():
         display(Markdown(f"**{name}**"), Image(filename=str(path), width=720))
 
 # %% [markdown]
-# ## 4. Reproducing this report
+# ## 5. Reproducing this report
 #
 # `make report` trains π_ref and the three A*PO seeds when they are missing (`runs/`), executes notebooks 00-07
 # under the `class` profile and exports `report/index.html`. On a 2-core CPU the training dominates: π_ref takes

@@ -3,6 +3,7 @@
 import json
 
 import pandas as pd
+import pytest
 
 from apo_helpers.analysis.readme import bench_train_table, render_readme, trained_table
 
@@ -267,3 +268,21 @@ def test_generalization_table_gives_each_group_its_gain(tmp_path):
     assert lines[2] == "| apo_x_class | trained on | 40 | 50.0% | 70.0% ± 10.0% | +20.0% | 2 |"
     assert lines[4] == "| apo_x_class | unseen, all | 40 | 30.0% | 30.0% ± 0.0% | +0.0% | 2 |"
     assert lines[-1] == "| apo_x_class | 40 | 10.0% | 25.0% | +7.5% | +0.0% |"  # 3 of 4 failed: 3/40
+
+
+def test_gain_intervals_table_gives_each_run_its_interval(tmp_path):
+    from apo_helpers.analysis.readme import gain_intervals_table
+
+    assert gain_intervals_table(tmp_path) is None
+    pd.DataFrame([{"objective": "apo", "seed": float(s), "ref": "pi_ref_a", "test_success": 1.0} for s in (0, 1)]
+                 + [{"objective": "pi_ref", "seed": None, "ref": "pi_ref_a", "test_success": 0.0}]
+                 ).to_csv(tmp_path / "apo_x_class_seeds.csv", index=False)
+    rows = [{"policy": p, "seed": s, "split": "test", "goal_index": g, "success": p != "pi_ref_a", "score": 0.5}
+            for p, s in (("pi_ref_a", -1), ("apo_x", 0), ("apo_x", 1)) for g in range(20)]
+    pd.DataFrame(rows).to_csv(tmp_path / "goal_outcomes_class.csv", index=False)
+    lines = gain_intervals_table(tmp_path).splitlines()
+    assert lines[2] == "| apo_x | 2 | 100.0% | pi_ref_a | 0.0% | +100.0% | [+100.0%, +100.0%] | 100% |"
+    rows[-1]["success"] = False  # seed 1 now fails a goal: the outcomes no longer match the seeds table
+    pd.DataFrame(rows).to_csv(tmp_path / "goal_outcomes_class.csv", index=False)
+    with pytest.raises(ValueError, match="disagree with the committed seeds tables"):
+        gain_intervals_table(tmp_path)

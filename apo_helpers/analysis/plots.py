@@ -53,3 +53,23 @@ def seed_band(ax, table: pd.DataFrame, column: str, x: str = "iteration", label:
     ax.fill_between(band.index, band["min"], band["max"], alpha=alpha)
     ax.set_xlabel(x)
     return band
+
+
+def gain_intervals(table: pd.DataFrame, target: float | None = None, title: str = "", ax=None):
+    """Gains over a baseline with their paired bootstrap intervals (notebook 07 section 3): one row per row of a
+    ``significance.gain_table``, labelled by its ``label`` column (else ``policy``), with 0 and ``target`` marked."""
+    rows = table.reset_index(drop=True)
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(7, 0.45 * len(rows) + 1.2))
+    y = range(len(rows))
+    err = [rows["gain"] - rows["low"], rows["high"] - rows["gain"]]
+    ax.errorbar(rows["gain"], list(y), xerr=err, fmt="o", capsize=3, color="#4c72b0", label="gain, 95% interval")
+    ax.axvline(0, color="#999999", lw=1)
+    if target is not None:
+        ax.axvline(target, color="#c44e52", ls="--", lw=1, label=f"target {target:+.0%}")
+    ax.set_yticks(list(y), rows["label"] if "label" in rows else rows["policy"], fontsize=8)
+    ax.invert_yaxis()
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:+.0%}"))
+    ax.set_xlabel("test success minus the baseline's (points)")
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
+    return fig

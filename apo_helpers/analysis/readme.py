@@ -398,10 +398,32 @@ def generalization_table(results: Path = RESULTS_DIR) -> str | None:
     return _markdown(table) + "\n\n" + _markdown(bound)
 
 
+def gain_intervals_table(results: Path = RESULTS_DIR) -> str | None:
+    """Each run's (and soup's) test gain over its chain's first pi_ref with a paired bootstrap interval over the
+    test goals and the seeds (``significance.gains_over_first_reference``, notebook 07 section 3)."""
+    from .significance import gains_over_first_reference
+
+    path = results / "goal_outcomes_class.csv"
+    if not path.exists():
+        return None
+    gains = gains_over_first_reference(pd.read_csv(path), results)
+    if gains.empty:
+        return None
+    return _markdown(pd.DataFrame({
+        "policy (table)": gains["policy"], "seeds": gains["policy_seeds"],
+        "test success": gains["success"].map("{:.1%}".format), "first π_ref": gains["baseline"],
+        "π_ref test success": gains["baseline_success"].map("{:.1%}".format),
+        "gain": gains["gain"].map("{:+.1%}".format),
+        "95% interval (goals and seeds resampled)": [f"[{lo:+.1%}, {hi:+.1%}]" for lo, hi in zip(gains["low"],
+                                                                                                 gains["high"])],
+        "draws at +10 points or more": gains["draws_at_target"].map("{:.0%}".format)}))
+
+
 SECTIONS = {"baselines": baselines_table, "bench-env": bench_env_table, "pi-ref": pi_ref_table,
             "bench-rollout": bench_rollout_table, "trained": trained_table, "ref-spread": ref_spread_table,
             "bench-train": bench_train_table, "compare": compare_table, "pretrained": pretrained_table,
-            "ref-sweep": ref_sweep_table, "gpu": gpu_table, "generalization": generalization_table}
+            "ref-sweep": ref_sweep_table, "gpu": gpu_table, "generalization": generalization_table,
+            "gain-intervals": gain_intervals_table}
 
 
 def render_readme(text: str, results: Path = RESULTS_DIR) -> str:
