@@ -281,7 +281,7 @@ def test_gain_intervals_table_gives_each_run_its_interval(tmp_path):
             for p, s in (("pi_ref_a", -1), ("apo_x", 0), ("apo_x", 1)) for g in range(20)]
     pd.DataFrame(rows).to_csv(tmp_path / "goal_outcomes_class.csv", index=False)
     lines = gain_intervals_table(tmp_path).splitlines()
-    assert lines[2] == "| apo_x | 2 | 100.0% | pi_ref_a | 0.0% | +100.0% | [+100.0%, +100.0%] | 100% |"
+    assert lines[2] == "| apo_x | 2 | 100.0% | pi_ref_a | 0.0% | +100.0% | 20.0 / 0.0 | [+100.0%, +100.0%] | 100% |"
     rows[-1]["success"] = False  # seed 1 now fails a goal: the outcomes no longer match the seeds table
     pd.DataFrame(rows).to_csv(tmp_path / "goal_outcomes_class.csv", index=False)
     with pytest.raises(ValueError, match="disagree with the committed seeds tables"):

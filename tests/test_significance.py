@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from apo_helpers.analysis.significance import (OUTCOME_COLUMNS, SINGLE_POLICY, check_against_seeds, first_reference,
-                                               gain_interval, gain_table, gains_over_first_reference, run_label,
-                                               run_outcomes, success_matrix)
+                                               gain_interval, gain_table, gained_and_lost, gains_over_first_reference,
+                                               run_label, run_outcomes, success_matrix)
 from apo_helpers.config import get_profile
 
 
@@ -126,6 +126,7 @@ def test_gains_over_the_first_pi_ref_pair_runs_and_soups_with_their_chain(tmp_pa
     assert set(gains["baseline"]) == {"pi_ref_a"}
     assert gains["gain"].tolist() == pytest.approx([0.4, 0.35])
     assert gains["success"].tolist() == pytest.approx([0.5, 0.45]) and (gains["baseline_success"] == 0.1).all()
+    assert gains[["gained", "lost"]].to_numpy().tolist() == [[4.0, 0.0], [3.5, 0.0]]
     assert first_reference("run_r3_soup", tmp_path) == "pi_ref_a" and first_reference("stray", tmp_path) is None
 
 
@@ -168,3 +169,12 @@ def test_outcomes_command_saves_the_goals_and_prints_each_runs_interval(tmp_path
     assert [(g["policy"], g["baseline"], g["gain"]) for g in gains] == [("apo_test", "pi_ref_ci", 0.0)]
     saved = pd.read_csv(tmp_path / "results" / "goal_outcomes_ci.csv")
     assert len(saved) == 6 and sorted(saved["policy"].unique()) == ["apo_test", "pi_ref_ci"]
+
+
+def test_gained_and_lost_goals_add_up_to_the_gain():
+    ref = np.array([1, 1, 0, 0, 0, 1], dtype=bool)
+    t = table(outcomes("ref", ref), outcomes("run", [1, 0, 1, 1, 0, 1], seed=0),
+              outcomes("run", [0, 0, 1, 0, 0, 1], seed=1))
+    moved = gained_and_lost(t, "run", "ref")
+    assert moved == {"gained": 1.5, "lost": 1.5}  # goal 2 twice, goal 3 once; goal 1 twice, goal 0 once
+    assert (moved["gained"] - moved["lost"]) / 6 == pytest.approx(gain_interval(t, "run", "ref", samples=100)["gain"])

@@ -414,6 +414,7 @@ def gain_intervals_table(results: Path = RESULTS_DIR) -> str | None:
         "test success": gains["success"].map("{:.1%}".format), "first π_ref": gains["baseline"],
         "π_ref test success": gains["baseline_success"].map("{:.1%}".format),
         "gain": gains["gain"].map("{:+.1%}".format),
+        "goals gained / lost per seed": [f"{g:.1f} / {lost:.1f}" for g, lost in zip(gains["gained"], gains["lost"])],
         "95% interval (goals and seeds resampled)": [f"[{lo:+.1%}, {hi:+.1%}]" for lo, hi in zip(gains["low"],
                                                                                                  gains["high"])],
         "draws at +10 points or more": gains["draws_at_target"].map("{:.0%}".format)}))

@@ -109,11 +109,26 @@ def gain_interval(outcomes: pd.DataFrame, policy: str, baseline: str, split: str
     result = {"policy": policy, "baseline": baseline, "split": split, "goals": len(goals),
               "policy_seeds": a.shape[1], "baseline_seeds": b.shape[1],
               "gain": float(a.mean() - b.mean()),
-              "low": float(np.quantile(gains, tail)) + 0.0, "high": float(np.quantile(gains, 1 - tail)) + 0.0,
+              "low": _clean(np.quantile(gains, tail)), "high": _clean(np.quantile(gains, 1 - tail)),
               "draws_above_zero": float((gains > 0).mean())}
     if target is not None:
         result["draws_at_target"] = float((gains >= target - 1e-12).mean())
     return result
+
+
+def gained_and_lost(outcomes: pd.DataFrame, policy: str, baseline: str, split: str = "test") -> dict:
+    """Where a gain comes from, goal by goal: ``gained``, the goals the baseline fails and a seed of ``policy`` solves,
+    and ``lost``, the goals the baseline solves and a seed fails, both averaged over the seeds (and over the
+    baseline's seeds when it has several); gained minus lost over the goals is the gain."""
+    a, b = success_matrix(outcomes, policy, split), success_matrix(outcomes, baseline, split)
+    goals = a.index.intersection(b.index)
+    a, b = a.loc[goals].mean(axis=1), b.loc[goals].mean(axis=1)
+    return {"gained": float((a * (1 - b)).sum()), "lost": float(((1 - a) * b).sum())}
+
+
+def _clean(value) -> float:
+    """A bootstrap quantile without the float noise of the weighted sums (-1e-17 would print as -0.0%)."""
+    return float(np.round(value, 12)) + 0.0
 
 
 def _resampled_mean(matrix: np.ndarray, goal_draws: np.ndarray, rng) -> np.ndarray:
@@ -173,7 +188,8 @@ def check_against_seeds(outcomes: pd.DataFrame, results=RESULTS_DIR, profile_nam
 def gains_over_first_reference(outcomes: pd.DataFrame, results=RESULTS_DIR, profile_name: str = "class",
                                samples: int = 10_000, target: float | None = 0.10, seed: int = 0) -> pd.DataFrame:
     """``gain_interval`` on test of every policy in ``outcomes`` whose chain's first pi_ref (``first_reference``) was
-    played too, against that pi_ref, with both success rates; largest gain first. The runs' outcomes are checked
+    played too, against that pi_ref, with both success rates and the goals gained and lost (``gained_and_lost``);
+    largest gain first. The runs' outcomes are checked
     against their seeds tables first (``check_against_seeds``)."""
     check_against_seeds(outcomes, results, profile_name)
     test = outcomes[outcomes["split"] == "test"]
@@ -185,4 +201,6 @@ def gains_over_first_reference(outcomes: pd.DataFrame, results=RESULTS_DIR, prof
     means = test.groupby("policy")["success"].mean()
     table.insert(2, "success", table["policy"].map(means))
     table.insert(3, "baseline_success", table["baseline"].map(means))
+    moved = pd.DataFrame([gained_and_lost(test, p, b) for p, b in zip(table["policy"], table["baseline"])])
+    table = pd.concat([table, moved], axis=1)
     return table.sort_values("gain", ascending=False, kind="stable").reset_index(drop=True)
