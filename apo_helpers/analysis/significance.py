@@ -189,8 +189,7 @@ def gains_over_first_reference(outcomes: pd.DataFrame, results=RESULTS_DIR, prof
                                samples: int = 10_000, target: float | None = 0.10, seed: int = 0) -> pd.DataFrame:
     """``gain_interval`` on test of every policy in ``outcomes`` whose chain's first pi_ref (``first_reference``) was
     played too, against that pi_ref, with both success rates and the goals gained and lost (``gained_and_lost``);
-    largest gain first. The runs' outcomes are checked
-    against their seeds tables first (``check_against_seeds``)."""
+    largest gain first. The runs' outcomes are checked against their seeds tables first (``check_against_seeds``)."""
     check_against_seeds(outcomes, results, profile_name)
     test = outcomes[outcomes["split"] == "test"]
     played = set(test["policy"])
