@@ -202,6 +202,11 @@ class APOConfig:
     one value and buys. Practising only those goals makes the state after one selected value, where the samples try
     the missing value in a few percent of continuations, about four times as frequent per batch (notebook 04
     section 8). 0: every goal."""
+    keep_solved: float = 0.0
+    """With ``keep_disagreeing`` or ``keep_varying``: also keep this share of the goals that every one of the N
+    samples solved, which those filters drop (a fixed draw, so every run from one V* table keeps the same ones).
+    There r = V* = 1, so A*PO's target asks for no change and the regression holds the policy at pi_ref: a guard
+    against losing goals pi_ref already solves (notebook 07 section 3 counts them). 0: none."""
     iterations: int = 120
     """RAGEN outer-loop iterations: one batched rollout, then ``update_epochs`` optimizer steps."""
     batch_goals: int = 32

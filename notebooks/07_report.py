@@ -230,6 +230,9 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
                                         f"{HELD}, 60 iterations, re-anchored twice on each seed's policy, 60 more each"),
     "apo_sloppy_h192_gsvk1024_b03_r4": ("options ignored, 2.3M-parameter model",
                                         f"{HELD}, 60 iterations, re-anchored 3 times on each seed's policy, 60 more each"),
+    "apo_sloppy_h192_gsvk1024_b03_r3_solved05": ("options ignored, 2.3M-parameter model",
+                                                 f"{HELD}, 60 iterations, re-anchored twice on each seed's policy, 60 "
+                                                 f"more each, the last with half the goals always solved"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r2": ("options ignored, 2.3M-parameter model",
                                              f"{HELD}, 60 iterations, re-anchored on the seeds' averaged weights, 60 more"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r3": ("options ignored, 2.3M-parameter model",

@@ -327,6 +327,29 @@ def test_min_options_keeps_the_goals_that_ask_for_that_many(models, monkeypatch,
         assert result.dropped == sum(n < least for n in asked)
 
 
+def test_keep_solved_adds_back_a_fixed_share_of_the_always_solved_goals():
+    from apo_helpers.apo.vstar import VStarTable, filter_goals, vstar_table
+    from apo_helpers.webshop.catalog import default_catalog
+
+    goals = default_catalog().split("train")[:12]
+    rewards = [[1.0, 1.0]] * 8 + [[1.0, 0.0], [0.5, 0.2], [0.0, 0.0], [0.5, 0.5]]  # 8 solved, 2 varying, 2 flat
+    table = VStarTable(vstar_table(goals, rewards, 0.5), "k")
+    varying = dataclasses.replace(P.apo, keep_varying=True)
+    assert len(filter_goals(table, varying).table) == 2
+    for share, solved in ((0.25, 2), (0.5, 4), (1.0, 8)):
+        kept = filter_goals(table, dataclasses.replace(varying, keep_solved=share))
+        assert (kept.table["successes"] == 2).sum() == solved and len(kept.table) == 2 + solved
+        assert kept.dropped == 12 - 2 - solved
+        again = filter_goals(table, dataclasses.replace(varying, keep_solved=share))
+        assert again.table["goal_index"].tolist() == kept.table["goal_index"].tolist()  # a fixed draw
+    half = set(filter_goals(table, dataclasses.replace(varying, keep_solved=0.5)).table["goal_index"])
+    assert half <= set(filter_goals(table, dataclasses.replace(varying, keep_solved=1.0)).table["goal_index"])
+    disagreeing = dataclasses.replace(P.apo, keep_disagreeing=True, keep_solved=1.0)
+    assert len(filter_goals(table, disagreeing).table) == 1 + 8  # [1, 0] and the solved ones
+    with pytest.raises(ValueError, match="keep_solved is a share.*got 1.5"):
+        filter_goals(table, dataclasses.replace(varying, keep_solved=1.5))
+
+
 @pytest.mark.parametrize("damage", ["no_meta", "bad_json", "missing_column", "bad_rewards"])
 def test_malformed_vstar_files_are_named(models, tmp_path, damage):
     _, ref_model, tokenizer = models

@@ -233,7 +233,8 @@ def stage1(model, tokenizer, profile: Profile, cache_dir=None, goals: list[Goal]
 def filter_goals(result: VStarTable, config: APOConfig) -> VStarTable:
     """Drop the goals the config's filters exclude: ``drop_unsolved`` (no sample scored above 0),
     ``keep_disagreeing`` (not both a success and a failure among the N samples), ``keep_varying`` (all N rewards
-    equal) and ``min_options`` (fewer options asked); ``dropped`` counts them."""
+    equal), except the share ``keep_solved`` of the goals every sample solved, and ``min_options`` (fewer options
+    asked); ``dropped`` counts them."""
     table = result.table
     keep = pd.Series(True, index=table.index)
     if config.drop_unsolved:
@@ -242,7 +243,18 @@ def filter_goals(result: VStarTable, config: APOConfig) -> VStarTable:
         keep &= (table["successes"] > 0) & (table["successes"] < table["rewards"].map(len))
     if config.keep_varying:
         keep &= table["rewards"].map(lambda r: max(r) > min(r))
+    if config.keep_solved:
+        keep |= _share_of_solved(table, config.keep_solved)
     if config.min_options:
         options = [len(goal.options) for goal in result.goals()]
         keep &= pd.Series(options, index=table.index) >= config.min_options
     return dataclasses.replace(result, table=table[keep].reset_index(drop=True), dropped=int((~keep).sum()))
+
+
+def _share_of_solved(table: pd.DataFrame, share: float) -> pd.Series:
+    """A fixed draw of ``share`` of the goals whose N samples all succeeded (``APOConfig.keep_solved``)."""
+    if not 0 <= share <= 1:
+        raise ValueError(f"keep_solved is a share of the always-solved goals, between 0 and 1; got {share}")
+    solved = table.index[table["successes"] == table["rewards"].map(len)]
+    chosen = np.random.default_rng(0).permutation(len(solved))[: round(share * len(solved))]
+    return pd.Series(table.index.isin(solved[chosen]), index=table.index)
