@@ -456,14 +456,15 @@ if outcomes_path.exists():
 gains.round(3)
 
 # %% [markdown]
-# Two comparisons the README's findings rest on, read the same way: does re-anchoring beat the run it continued,
-# and does the third round differ from the fourth?
+# The comparisons the README's findings rest on, read the same way: does re-anchoring beat the run it continued,
+# does the third round differ from the fourth, do the soups differ from the seeds, and does putting back the goals
+# π_ref always solves (`keep_solved`, notebook 04 section 8) change the third round?
 
 # %%
 if not gains.empty:
     held = "apo_sloppy_h192_gsvk1024_b03"
     pairs = [(f"{held}_r3", held), (f"{held}_r3", f"{held}_r4"), (f"{held}_r3_soup", f"{held}_r3"),
-             (f"{held}_r3", f"{held}_soup_r3")]
+             (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     best = gains.iloc[0]
