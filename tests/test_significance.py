@@ -178,3 +178,19 @@ def test_gained_and_lost_goals_add_up_to_the_gain():
     moved = gained_and_lost(t, "run", "ref")
     assert moved == {"gained": 1.5, "lost": 1.5}  # goal 2 twice, goal 3 once; goal 1 twice, goal 0 once
     assert (moved["gained"] - moved["lost"]) / 6 == pytest.approx(gain_interval(t, "run", "ref", samples=100)["gain"])
+
+
+def test_val_outcomes_are_checked_on_the_goals_the_runs_final_evaluation_played(tmp_path):
+    """A run's val success covers its first ``eval_episodes`` val goals (here 2 of 4, set by its overrides)."""
+    pd.DataFrame([{"objective": "apo", "seed": 0.0, "ref": "pi_ref_a", "apo_overrides": "eval_episodes=2",
+                   "test_success": 0.0, "val_success": 0.5},
+                  {"objective": "pi_ref", "seed": None, "ref": "pi_ref_a", "apo_overrides": None,
+                   "test_success": 0.0, "val_success": None}]).to_csv(tmp_path / "run_class_seeds.csv", index=False)
+    val = table(outcomes("pi_ref_a", [0, 0, 0, 0], split="val"), outcomes("run", [1, 0, 1, 1], seed=0, split="val"))
+    check = check_against_seeds(val, tmp_path, split="val")
+    assert check[["policy", "goals", "outcomes"]].values.tolist() == [["run", 2, 0.5]]
+    gains = gains_over_first_reference(val, tmp_path, samples=200, split="val")
+    assert gains["gain"].tolist() == [0.75] and gains["split"].tolist() == ["val"]  # over all 4 val goals
+    wrong = table(val[val["policy"] == "pi_ref_a"], outcomes("run", [1, 1, 1, 1], seed=0, split="val"))
+    with pytest.raises(ValueError, match="per-goal val outcomes disagree"):
+        check_against_seeds(wrong, tmp_path, split="val")

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..config import RESULTS_DIR, RUNS_DIR, Profile, device
+from ..config import RESULTS_DIR, RUNS_DIR, Profile, device, get_profile, with_overrides
 from ..policy.models import load_policy, with_rendering
 from .evaluate import policy_goals
 from .generalization import greedy_results, run_seeds
@@ -158,48 +158,60 @@ def first_reference(label: str, results=RESULTS_DIR, profile_name: str = "class"
     return str(refs[0]) if len(refs) == 1 else None
 
 
-def check_against_seeds(outcomes: pd.DataFrame, results=RESULTS_DIR, profile_name: str = "class") -> pd.DataFrame:
-    """Each run's per-seed test success from ``outcomes`` beside its committed seeds table's, and its first pi_ref's
-    beside the table's pi_ref row; a ValueError when any differ, which means the outcomes were played by other
-    weights or settings than the run's own evaluation."""
-    test = outcomes[outcomes["split"] == "test"]
-    means = test.groupby(["policy", "seed"])["success"].agg(["mean", "size"])
+def check_against_seeds(outcomes: pd.DataFrame, results=RESULTS_DIR, profile_name: str = "class",
+                        split: str = "test") -> pd.DataFrame:
+    """Each run's per-seed success on ``split`` from ``outcomes`` beside its committed seeds table's, and on test its
+    first pi_ref's beside the table's pi_ref row; a ValueError when any differ, which means the outcomes were played
+    by other weights or settings than the run's own evaluation. A run's val success is over the first
+    ``eval_episodes`` val goals (its own final evaluation), so the outcomes are compared on those."""
+    played = outcomes[outcomes["split"] == split]
     rows = []
-    for policy in sorted(test.loc[test["seed"] != SINGLE_POLICY, "policy"].unique()):
+    for policy in sorted(played.loc[played["seed"] != SINGLE_POLICY, "policy"].unique()):
         path = Path(results) / f"{policy}_{profile_name}_seeds.csv"
         if not path.exists():
             continue
         table = pd.read_csv(path)
         for r in table.itertuples():
+            if r.objective == "pi_ref" and split != "test":
+                continue  # the pi_ref row has no val success
             key = (r.ref, SINGLE_POLICY) if r.objective == "pi_ref" else (policy, int(r.seed))
-            if r.objective != "pi_ref" or key in means.index:  # every seed must be there; pi_ref when played
-                found = means.loc[key] if key in means.index else None
-                rows.append({"policy": key[0], "seed": key[1], "seeds table": r.test_success,
-                             "outcomes": float("nan") if found is None else found["mean"],
-                             "goals": 0 if found is None else int(found["size"])})
+            first = _evaluated_goals(r, profile_name) if split == "val" else None
+            part = played[(played["policy"] == key[0]) & (played["seed"] == key[1])].sort_values("goal_index")
+            if r.objective == "pi_ref" and part.empty:
+                continue  # a pi_ref is checked when it was played
+            part = part.head(first) if first else part
+            rows.append({"policy": key[0], "seed": key[1], "seeds table": getattr(r, f"{split}_success"),
+                         "outcomes": part["success"].mean() if len(part) else float("nan"), "goals": len(part)})
     check = pd.DataFrame(rows, columns=["policy", "seed", "outcomes", "seeds table", "goals"])
     bad = check[~(check["outcomes"] - check["seeds table"]).abs().le(1e-9)]
     if not bad.empty:
-        raise ValueError("per-goal outcomes disagree with the committed seeds tables (run `outcomes` again for "
-                         "them):\n" + bad.to_string(index=False))
+        raise ValueError(f"per-goal {split} outcomes disagree with the committed seeds tables (run `outcomes` again "
+                         "for them):\n" + bad.to_string(index=False))
     return check.drop_duplicates(["policy", "seed"]).reset_index(drop=True)
 
 
+def _evaluated_goals(row, profile_name: str) -> int:
+    """How many val goals a run's final evaluation played: its profile's ``eval_episodes`` with its overrides."""
+    overrides = row.apo_overrides if isinstance(getattr(row, "apo_overrides", None), str) else ""
+    return with_overrides(get_profile(profile_name), overrides.split()).apo.eval_episodes
+
+
 def gains_over_first_reference(outcomes: pd.DataFrame, results=RESULTS_DIR, profile_name: str = "class",
-                               samples: int = 10_000, target: float | None = 0.10, seed: int = 0) -> pd.DataFrame:
-    """``gain_interval`` on test of every policy in ``outcomes`` whose chain's first pi_ref (``first_reference``) was
-    played too, against that pi_ref, with both success rates and the goals gained and lost (``gained_and_lost``);
+                               samples: int = 10_000, target: float | None = 0.10, seed: int = 0,
+                               split: str = "test") -> pd.DataFrame:
+    """``gain_interval`` on ``split`` of every policy in ``outcomes`` whose chain's first pi_ref (``first_reference``)
+    was played too, against that pi_ref, with both success rates and the goals gained and lost (``gained_and_lost``);
     largest gain first. The runs' outcomes are checked against their seeds tables first (``check_against_seeds``)."""
-    check_against_seeds(outcomes, results, profile_name)
-    test = outcomes[outcomes["split"] == "test"]
-    played = set(test["policy"])
-    pairs = [(p, r) for p in sorted(played) if (r := first_reference(p, results, profile_name)) in played and r != p]
+    check_against_seeds(outcomes, results, profile_name, split)
+    played = outcomes[outcomes["split"] == split]
+    names = set(played["policy"])
+    pairs = [(p, r) for p in sorted(names) if (r := first_reference(p, results, profile_name)) in names and r != p]
     if not pairs:
         return pd.DataFrame()
-    table = gain_table(test, pairs, "test", samples, seed=seed, target=target)
-    means = test.groupby("policy")["success"].mean()
+    table = gain_table(played, pairs, split, samples, seed=seed, target=target)
+    means = played.groupby("policy")["success"].mean()
     table.insert(2, "success", table["policy"].map(means))
     table.insert(3, "baseline_success", table["baseline"].map(means))
-    moved = pd.DataFrame([gained_and_lost(test, p, b) for p, b in zip(table["policy"], table["baseline"])])
+    moved = pd.DataFrame([gained_and_lost(played, p, b, split) for p, b in zip(table["policy"], table["baseline"])])
     table = pd.concat([table, moved], axis=1)
     return table.sort_values("gain", ascending=False, kind="stable").reset_index(drop=True)
