@@ -136,7 +136,7 @@ def _resampled_mean(matrix: np.ndarray, goal_draws: np.ndarray, rng) -> np.ndarr
     samples, seeds = len(goal_draws), matrix.shape[1]
     seed_draws = rng.integers(0, seeds, size=(samples, seeds))
     # per draw, how often each seed was drawn, as weights: the mean over drawn seeds is a weighted mean of columns
-    weights = np.stack([np.bincount(row, minlength=seeds) for row in seed_draws]) / seeds
+    weights = (seed_draws[:, :, None] == np.arange(seeds)).sum(axis=1) / seeds
     per_goal = matrix[goal_draws]  # (samples, goals, seeds)
     return np.einsum("dgs,ds->d", per_goal, weights) / goal_draws.shape[1]
 
