@@ -619,15 +619,16 @@ def cmd_report(args) -> int:
     except NotebookFailed as e:
         print(f"report stopped: {e}", file=sys.stderr)
         return 1
-    if update_readme():
-        print("README.md tables updated from data/results/")
+    for path in update_readme():
+        print(f"{path.name} tables updated from data/results/")
     return 0
 
 
 def cmd_readme(args) -> int:
     from .analysis.readme import update_readme
 
-    print("README.md updated" if update_readme() else "README.md already up to date")
+    changed = update_readme()
+    print(", ".join(f"{path.name} updated" for path in changed) or "README.md and docs/experiments.md up to date")
     return 0
 
 
@@ -887,7 +888,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="*", default=None, help="notebook name prefixes, e.g. 00 01")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("readme", help="rewrite the README's result tables from data/results/")
+    p = sub.add_parser("readme", help="rewrite the result tables of the README and docs/experiments.md from data/results/")
     p.set_defaults(func=cmd_readme)
     return parser
 

@@ -1537,7 +1537,7 @@ if own_path.exists():  # the trained policy's own early purchases, where it stil
 # the drawn turns train like the others. The held recipe with it, from the same π_ref, for 60 iterations (then its
 # seeds continued to 120 with `--iterations 120 --resume`, as the held recipe's were), and the probe above on its
 # 60-iteration seeds; the tables after the first compare the same from two of section 8's 2.3M-parameter π_refs
-# (the README gives their commands):
+# (`docs/experiments.md` gives their commands):
 #
 # ```
 # python -m apo_helpers train --profile class --ref runs/pi_ref_class_skip_options_0.5 --seeds 0 1 2 \
@@ -1577,7 +1577,7 @@ def explore_comparison(labels):
 for labels in [EXPLORE_TABLES, *EXPLORE_WIDER_TABLES]:
     explore_table = explore_comparison(labels)
     if explore_table is None:
-        print("run the commands above (and the README's) to compare:", ", ".join(labels))
+        print("run the commands above (and those in docs/experiments.md) to compare:", ", ".join(labels))
         continue
     display(explore_table.rename(columns=columns).round(3))
     print_targets(explore_table)
@@ -1730,7 +1730,7 @@ if selected_probe.exists():
 # Two more 2.3M π_refs come from `train-ref ... --seed 1` and `--seed 2` (other initial weights and batch order),
 # a second 3.9M π_ref from `--seed 1`, and the held recipe from each as from the first of its size; from the second
 # 3.9M π_ref also with stage 1 on 1,024 goals, as the smaller π_refs practise (`apo_sloppy_h256_seed1_gsvk1024_b03`,
-# the README's commands). The table sets them beside the held recipe from three 1.1M-parameter π_refs of the same
+# the commands in `docs/experiments.md`). The table sets them beside the held recipe from three 1.1M-parameter π_refs of the same
 # demonstrations, each row pair with its own π_ref; the figure draws each seed of the first 2.3M run, of the first
 # 3.9M run and of one 1.1M run.
 
@@ -1816,7 +1816,7 @@ else:
 # The third of those runs tries that click: `explore_results=0.3` answers 30% of the results-page turns with a click
 # on one of the page's products drawn uniformly (`agents.product_clicks`; the draw knows nothing of the goal, not
 # its budget, not its words), in stage 1 and in the rollouts, with the held recipe from the first 2.3M π_ref
-# (the README gives its commands). Two of its seeds broke (below), their results-page replies clicks that name no
+# (`docs/experiments.md` gives its commands). Two of its seeds broke (below), their results-page replies clicks that name no
 # product (`click[]`, `click[item ]`);
 # the run after it is the same with `hold_failed_draws=True`: a trajectory with a drawn turn whose return fell
 # below V* is regressed onto an advantage of 0, held at π_ref, instead of pushed down, while a draw that beat V*
@@ -1832,7 +1832,7 @@ RESULTS_EXPLORE_TABLES = {"apo_sloppy_h192_gsvk1024_b03": "2.3M: held recipe, 60
                           "apo_sloppy_h192_gsvkr03h_b03": "2.3M: held + explore_results, failed draws held, 60 it."}
 results_explore = explore_comparison(RESULTS_EXPLORE_TABLES)
 if results_explore is None:
-    print("run the README's commands to compare:", ", ".join(RESULTS_EXPLORE_TABLES))
+    print("run the commands in docs/experiments.md to compare:", ", ".join(RESULTS_EXPLORE_TABLES))
 else:
     display(results_explore.rename(columns=columns).round(3))
     print_targets(results_explore)
@@ -1866,7 +1866,7 @@ else:
 # π_ref's query was (section 5): its samples almost never try another product.
 #
 # Drawing the product there gives the samples what they lacked. Stage 1 with `explore_results` finds a success on
-# far more of its goals than without it, more than drawing option values did (the README has the count), and keeps
+# far more of its goals than without it, more than drawing option values did (`docs/experiments.md` has the count), and keeps
 # more of them to practise. The run breaks all the same: two of the three seeds drift from π_ref in the second half
 # of the run and their replies turn invalid, and the seed that holds gains about what the held recipe gains, with no
 # fewer purchases above the budget. A drawn product is a click π_ref almost never samples; where it fails, the
@@ -1956,14 +1956,14 @@ else:
 # run's training batches succeed less often than the continued run's (second panel): it practises harder goals. The
 # re-anchored seeds' KL starts again from zero and stays below the continued run's (right panel); their invalid
 # replies stay rare on test. Their purchases lack an option less often than after the first 60 iterations and go
-# above the budget a little less often (the README gives the counts): the gain still comes mostly from the item page.
+# above the budget a little less often (`docs/experiments.md` gives the counts): the gain still comes mostly from the item page.
 #
 # The rounds do not keep adding. The second re-anchoring adds less than the first, for the largest mean gain from
 # any π_ref in this notebook, and the third ends lower on test than the second while its val success stays where
 # the second's was: each round's stage 1 keeps fewer goals whose rewards vary, the later rounds' rollouts make more
 # invalid replies (third panel), and after two rounds the runs move around a plateau short of the target (printed)
 # rather than up. Whether the first round's gain holds over the other 2.3M π_refs, these runs do not tell (the
-# README's "Not tried yet").
+# "Not tried yet" of `docs/experiments.md`).
 
 # %% [markdown]
 # ### Re-anchoring every 30 iterations

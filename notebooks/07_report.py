@@ -456,9 +456,9 @@ if outcomes_path.exists():
 gains.round(3)
 
 # %% [markdown]
-# The comparisons the README's findings rest on, read the same way: does re-anchoring beat the run it continued,
-# does the third round differ from the fourth, do the soups differ from the seeds, and does putting back the goals
-# π_ref always solves (`keep_solved`, notebook 04 section 8) change the third round?
+# The comparisons the findings (README, `docs/experiments.md`) rest on, read the same way: does re-anchoring beat
+# the run it continued, does the third round differ from the fourth, do the soups differ from the seeds, and does
+# putting back the goals π_ref always solves (`keep_solved`, notebook 04 section 8) change the third round?
 
 # %%
 if not gains.empty:

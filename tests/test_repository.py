@@ -70,10 +70,19 @@ def test_no_pickle_and_safe_torch_load():
 
 
 def test_readme_tables_match_the_committed_results():
-    from apo_helpers.analysis.readme import README, render_readme
+    from apo_helpers.analysis.readme import DOCUMENTS, render_readme
 
-    text = README.read_text()
-    assert render_readme(text) == text, "README tables are stale: run `python -m apo_helpers readme`"
+    for path in DOCUMENTS:
+        text = path.read_text()
+        assert render_readme(text) == text, f"{path.name} tables are stale: run `python -m apo_helpers readme`"
+
+
+def test_every_rendered_table_sits_in_exactly_one_document():
+    """A table moved between the README and the experiment log must not be lost or kept twice."""
+    from apo_helpers.analysis.readme import DOCUMENTS, SECTIONS, section_names
+
+    names = [name for path in DOCUMENTS for name in section_names(path.read_text())]
+    assert sorted(names) == sorted(SECTIONS), "each of SECTIONS must appear once across README.md and docs/"
 
 
 def test_only_the_class_profile_writes_the_committed_figures():

@@ -1,7 +1,8 @@
 """Fill the README's result tables from the committed result files, so no number there is typed by hand.
 
-Each table sits between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``; ``update_readme()`` rewrites them from
-``data/results/`` (``make report`` calls it; ``tests/test_repository.py`` checks the README is up to date).
+Each table sits between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` in the README or in the experiment log
+``docs/experiments.md`` (``DOCUMENTS``); ``update_readme()`` rewrites them from ``data/results/`` (``make report``
+calls it; ``tests/test_repository.py`` checks both documents are up to date).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import pandas as pd
 from ..config import PROJECT_ROOT, RESULTS_DIR
 
 README = PROJECT_ROOT / "README.md"
+EXPERIMENTS = PROJECT_ROOT / "docs" / "experiments.md"
+DOCUMENTS = (README, EXPERIMENTS)
+"""The documents whose tables are rendered: the README (headline results) and the full experiment log."""
 
 
 def _markdown(df: pd.DataFrame) -> str:
@@ -438,10 +442,18 @@ def render_readme(text: str, results: Path = RESULTS_DIR) -> str:
     return text
 
 
-def update_readme(path: Path = README) -> bool:
-    """Rewrite the README's tables; returns whether anything changed."""
-    old = path.read_text()
-    new = render_readme(old)
-    if new != old:
-        path.write_text(new)
-    return new != old
+def section_names(text: str) -> list[str]:
+    """The names of the rendered sections ``text`` holds, in order."""
+    return re.findall(r"<!-- ([\w-]+):start -->", text)
+
+
+def update_readme(paths=DOCUMENTS) -> list[Path]:
+    """Rewrite the tables of every document in ``paths``; returns the documents that changed."""
+    changed = []
+    for path in map(Path, paths):
+        old = path.read_text()
+        new = render_readme(old)
+        if new != old:
+            path.write_text(new)
+            changed.append(path)
+    return changed
