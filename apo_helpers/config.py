@@ -285,6 +285,14 @@ class APOConfig:
     (imitation's schedule, ``sft.lr_at``) instead of holding it: the last updates take small steps, so the policy
     evaluated at the end is less the product of its last few batches' noise. The run's length is ``iterations`` or
     ``train --iterations``; resuming a run to a larger count stretches what is left of the schedule."""
+    ema: float = 0.0
+    """Decay d of an exponential moving (Polyak) average of the policy's weights: it starts at the initial weights
+    (pi_ref's) and after every optimizer step avg <- d * avg + (1 - d) * weights (0: off; 0.95 averages about the
+    last 20 steps).
+    The rollouts still sample the trained weights; the val and test evaluations play the average, and ``train``
+    saves it as the run's ``policy/`` (so a re-anchored round starts from it). The seeds of one round disagree on many
+    of the goals they gain or lose, a sign that the last few batches' noise decides them; the average of nearby
+    weights smooths it, as ``lr_decay`` does by taking smaller last steps."""
     grad_clip: float = 1.0
     """Gradient-norm clipping (paper: 1.0)."""
     update_epochs: int = 1

@@ -77,6 +77,7 @@ def train_run(profile: Profile, ref_dir, vstar_dir, out_dir, seed: int = 0, obje
         trainer.load_checkpoint()
     start = time.perf_counter()
     state = trainer.run(progress)
+    trainer.keep_average()  # with ema, the averaged weights are the run's policy: tested and saved
     test = trainer.evaluate("test", profile.apo.test_episodes)
     metrics = {"objective": objective, "seed": seed, "profile": profile.name, "iterations": state.iteration,
                "ref": chain.origin.name, "ref_rounds": chain.rounds, "ref_iterations": chain.iterations,

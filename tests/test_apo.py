@@ -1221,6 +1221,70 @@ def test_a_decaying_run_records_its_schedule(ref_dir, vstar):
     assert expected[0] > expected[-1]
 
 
+def _weights(model) -> dict:
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def _shifted(vstar):
+    return VStarTable(vstar.table.assign(vstar=vstar.table["vstar"] + 0.5), vstar.key)  # a non-zero advantage
+
+
+def test_ema_averages_the_weights_and_the_evaluations_play_the_average(ref_dir, vstar):
+    """``ema``: after each step avg <- d * avg + (1 - d) * weights from the initial weights; evaluations play the
+    average and hand the trained weights back; ``keep_average`` makes the average the policy."""
+    profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, ema=0.75))
+    trainer = _trainer(ref_dir, _shifted(vstar), profile=profile)
+    played = []
+    trainer.evaluator = lambda model, *args: played.append(_weights(model)) or {"success": 0.0}
+    start = _weights(trainer.model)
+    trainer.iteration()
+    first = _weights(trainer.model)
+    trainer.iteration()
+    second = _weights(trainer.model)
+    assert any(not torch.equal(start[n], first[n]) for n in start)  # the steps moved the policy
+    for name in start:
+        expected = 0.75 * (0.75 * start[name] + 0.25 * first[name]) + 0.25 * second[name]
+        assert torch.allclose(trainer.average[name], expected, atol=1e-6), name
+    trainer.evaluate()
+    assert all(torch.equal(played[0][n], trainer.average[n]) for n in start)  # the average played
+    assert all(torch.equal(p, second[n]) for n, p in trainer.model.named_parameters())  # trained weights back
+    trainer.keep_average()
+    assert all(torch.equal(p, trainer.average[n]) for n, p in trainer.model.named_parameters())
+
+
+def test_without_ema_the_evaluations_play_the_trained_weights(ref_dir, vstar):
+    trainer = _trainer(ref_dir, _shifted(vstar))
+    played = []
+    trainer.evaluator = lambda model, *args: played.append(_weights(model)) or {"success": 0.0}
+    trainer.iteration()
+    trainer.evaluate()
+    trainer.keep_average()
+    assert trainer.average is None
+    assert all(torch.equal(p, played[0][n]) for n, p in trainer.model.named_parameters())
+
+
+def test_ema_resumes_exactly_and_refuses_a_checkpoint_without_its_average(ref_dir, vstar, tmp_path):
+    profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, ema=0.9, iterations=2, eval_every=1,
+                                                              checkpoint_every=1))
+    table = _shifted(vstar)
+    straight = _trainer(ref_dir, table, tmp_path / "straight", profile=profile)
+    straight.run(progress=False)
+    _trainer(ref_dir, table, tmp_path / "resumed", iterations=1, profile=profile).run(progress=False)
+    assert (latest_checkpoint(tmp_path / "resumed") / trainer_module.AVERAGE_FILE).exists()
+    second = _trainer(ref_dir, table, tmp_path / "resumed", profile=profile)
+    assert second.load_checkpoint() == 1
+    second.run(progress=False)
+    pd.testing.assert_frame_equal(second.state.evals.reset_index(drop=True), straight.state.evals.reset_index(drop=True),
+                                  check_dtype=False)
+    for name, average in straight.average.items():
+        assert torch.equal(second.average[name], average), name
+    _trainer(ref_dir, table, tmp_path / "plain", iterations=1).run(progress=False)  # saved without ema
+    with pytest.raises(ValueError, match="without ema"):
+        _trainer(ref_dir, table, tmp_path / "plain", profile=profile).load_checkpoint()
+    with pytest.raises(ValueError, match="decay of the weights' moving average"):
+        _trainer(ref_dir, table, profile=dataclasses.replace(P, apo=dataclasses.replace(P.apo, ema=1.0)))
+
+
 def test_hold_failed_draws_zeroes_only_the_advantage_of_failed_drawn_trajectories(models, demos):
     """``hold_failed_draws``: a trajectory with a drawn turn that scored below V* is regressed onto r itself
     (advantage 0); one that beat V*, and any without a drawn turn, keep V*. Off, every trajectory keeps V*; on

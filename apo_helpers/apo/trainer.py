@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 import torch
 from accelerate import Accelerator
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, load_model, save_file, save_model
 from tqdm.auto import tqdm
 
 from ..config import APOConfig, Profile, device as default_device, seed_everything
@@ -54,6 +54,8 @@ from .value_head import ValueHead, turn_positions
 from .vstar import VStarTable, drawn_turns, greedy_pages, rollout_sampling
 
 CHECKPOINTS = "checkpoints"
+AVERAGE_FILE = "average.safetensors"
+"""The checkpoint's moving average of the policy's weights (``ema``)."""
 
 
 # ------------------------------------------------------------------------------------------------ scoring
@@ -397,6 +399,9 @@ class Trainer:
                              "explore, explore_options, explore_results or explore_search above 0")
         if self.config.greedy_kl < 0:
             raise ValueError(f"greedy_kl must be 0 (off) or positive, got {self.config.greedy_kl}")
+        if not 0.0 <= self.config.ema < 1.0:
+            raise ValueError(f"ema is the decay of the weights' moving average: 0 (off) or in (0, 1), got "
+                             f"{self.config.ema}")
         if self.config.greedy_kl > 0 and not greedy_pages(self.config):
             raise ValueError("greedy_kl holds the turns that greedy_search or greedy_clicks answers greedily to pi_ref: "
                              "it needs one of them (both are false)")
@@ -410,6 +415,9 @@ class Trainer:
         self.value_head = ValueHead(model.config.hidden_size).to(_device_of(model)) if objective == "ppo" else None
         parameters = list(model.parameters()) + (list(self.value_head.parameters()) if self.value_head else [])
         self.optimizer = torch.optim.AdamW(parameters, lr=self.config.lr, weight_decay=0.0, betas=(0.9, 0.95))
+        # the moving average of the policy's weights (``ema``), from the initial ones
+        self.average = ({name: p.detach().clone() for name, p in model.named_parameters()}
+                        if self.config.ema > 0 else None)
         self.rng = random.Random(seed)  # the same goals on every process: each then takes its share
         self.state = TrainState(0, pd.DataFrame(), pd.DataFrame())
         self.earlier_peak_memory_mb = 0.0  # the peak of the calls before a resume (a process only knows its own)
@@ -483,6 +491,7 @@ class Trainer:
         self._average_gradients(parameters)
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip)
         self.optimizer.step()
+        self._update_average()
         return self._mean_over_processes(loss.detach()), stats, grad_norm
 
     def _greedy_kl_backward(self, loss, stats, batch: int, greedy_chats):
@@ -583,12 +592,48 @@ class Trainer:
 
     def evaluate(self, split: str = "val", episodes: int | None = None) -> dict:
         """The evaluator's greedy results on the first ``episodes`` goals of ``split`` (``eval_episodes`` by
-        default), with the iteration and the split."""
+        default), with the iteration and the split; with ``ema`` the averaged weights play."""
         if self.evaluator is None:
             raise ValueError("this Trainer has no evaluator: pass evaluator=greedy_evaluation "
                              "(apo_helpers.analysis.evaluate) to evaluate it")
-        row = self.evaluator(self.model, self.tokenizer, split, episodes or self.config.eval_episodes, self.profile)
+        with self.averaged_weights():
+            row = self.evaluator(self.model, self.tokenizer, split, episodes or self.config.eval_episodes,
+                                 self.profile)
         return {"iteration": self.state.iteration, "split": split, **row}
+
+    # the weights' moving average (``ema``) --------------------------------------------------------------------
+    @torch.no_grad()
+    def _update_average(self) -> None:
+        if self.average is None:
+            return
+        decay = self.config.ema
+        for name, p in self.model.named_parameters():
+            self.average[name].mul_(decay).add_(p.detach(), alpha=1.0 - decay)
+
+    @torch.no_grad()
+    def _copy_into_model(self, weights: dict) -> None:
+        for name, p in self.model.named_parameters():
+            p.copy_(weights[name])
+
+    @contextlib.contextmanager
+    def averaged_weights(self):
+        """Inside, the policy holds the averaged weights (``ema``; unchanged without it); the trained weights come
+        back on leaving, so training continues from them."""
+        if self.average is None:
+            yield self.model
+            return
+        trained = {name: p.detach().clone() for name, p in self.model.named_parameters()}
+        self._copy_into_model(self.average)
+        try:
+            yield self.model
+        finally:
+            self._copy_into_model(trained)
+
+    def keep_average(self) -> None:
+        """Make the averaged weights the policy's for good (the end of a run with ``ema``: what ``train`` tests and
+        saves); no-op without ``ema``."""
+        if self.average is not None:
+            self._copy_into_model(self.average)
 
     # the loop -----------------------------------------------------------------------------------------------
     def run(self, progress: bool = True) -> TrainState:
@@ -643,6 +688,8 @@ class Trainer:
         save_model(self.model, str(tmp / "model.safetensors"))  # handles the tied input/output embeddings
         if self.value_head is not None:
             save_model(self.value_head, str(tmp / "value_head.safetensors"))
+        if self.average is not None:
+            save_file({name: t.contiguous() for name, t in self.average.items()}, str(tmp / AVERAGE_FILE))
         rng = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
@@ -677,6 +724,14 @@ class Trainer:
         load_model(self.model, str(path / "model.safetensors"), device=str(_device_of(self.model)))
         if self.value_head is not None:
             load_model(self.value_head, str(path / "value_head.safetensors"), device=str(_device_of(self.model)))
+        if self.average is not None:
+            if not (path / AVERAGE_FILE).exists():
+                raise ValueError(f"{path} holds no {AVERAGE_FILE}: it was saved by a run without ema; resume it "
+                                 f"with ema=0 or start a new run")
+            saved_average = load_file(str(path / AVERAGE_FILE), device=str(_device_of(self.model)))
+            if set(saved_average) != set(self.average):
+                raise ValueError(f"{path / AVERAGE_FILE} holds other weights than this policy's")
+            self.average = saved_average
         saved = torch.load(path / "trainer_state.pt", weights_only=True, map_location="cpu")
         self.optimizer.load_state_dict(saved["optimizer"])
         torch.set_rng_state(saved["rng"]["torch"])
