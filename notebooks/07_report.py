@@ -233,6 +233,12 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_h192_gsvk1024_b03_r3_solved05": ("options ignored, 2.3M-parameter model",
                                                  f"{HELD}, 60 iterations, re-anchored twice on each seed's policy, 60 "
                                                  f"more each, the last with half the goals always solved"),
+    "apo_sloppy_h192_gsvk1024_b03_r3_decay": ("options ignored, 2.3M-parameter model",
+                                              f"{HELD}, 60 iterations, re-anchored twice on each seed's policy, 60 "
+                                              f"more each, the last with a decaying learning rate"),
+    "apo_sloppy_h192_gsvk1024_b03_r3_ema95": ("options ignored, 2.3M-parameter model",
+                                              f"{HELD}, 60 iterations, re-anchored twice on each seed's policy, 60 "
+                                              f"more each, the last played and saved as its weights' moving average"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r2": ("options ignored, 2.3M-parameter model",
                                              f"{HELD}, 60 iterations, re-anchored on the seeds' averaged weights, 60 more"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r3": ("options ignored, 2.3M-parameter model",
@@ -458,13 +464,15 @@ gains.round(3)
 # %% [markdown]
 # The comparisons the findings (README, `docs/experiments.md`) rest on, read the same way: does re-anchoring beat
 # the run it continued, does the third round differ from the fourth, do the soups differ from the seeds, and does
-# putting back the goals π_ref always solves (`keep_solved`, notebook 04 section 8) change the third round?
+# putting back the goals π_ref always solves (`keep_solved`, notebook 04 section 8) change the third round, and do
+# a decaying learning rate (`lr_decay`) or a moving average of the weights (`ema`) in that round?
 
 # %%
 if not gains.empty:
     held = "apo_sloppy_h192_gsvk1024_b03"
     pairs = [(f"{held}_r3", held), (f"{held}_r3", f"{held}_r4"), (f"{held}_r3_soup", f"{held}_r3"),
-             (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3")]
+             (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3"),
+             (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     best = gains.iloc[0]

@@ -11,7 +11,7 @@ import pytest
 
 from apo_helpers.analysis.significance import (OUTCOME_COLUMNS, SINGLE_POLICY, check_against_seeds, first_reference,
                                                gain_interval, gain_table, gained_and_lost, gains_over_first_reference,
-                                               run_label, run_outcomes, success_matrix)
+                                               run_label, run_outcomes, seed_agreement, success_matrix)
 from apo_helpers.config import get_profile
 
 
@@ -178,6 +178,17 @@ def test_gained_and_lost_goals_add_up_to_the_gain():
     moved = gained_and_lost(t, "run", "ref")
     assert moved == {"gained": 1.5, "lost": 1.5}  # goal 2 twice, goal 3 once; goal 1 twice, goal 0 once
     assert (moved["gained"] - moved["lost"]) / 6 == pytest.approx(gain_interval(t, "run", "ref", samples=100)["gain"])
+
+
+def test_seed_agreement_counts_goals_by_the_seeds_that_solve_them():
+    t = table(outcomes("ref", [1, 1, 0, 0, 0, 1]), outcomes("run", [1, 0, 1, 1, 0, 1], seed=0),
+              outcomes("run", [0, 0, 1, 0, 0, 1], seed=1))
+    counts = seed_agreement(t, "run", "ref")
+    assert counts.loc["baseline fails"].tolist() == [1, 1, 1]  # goal 4 by none, goal 3 by one, goal 2 by both
+    assert counts.loc["baseline solves"].tolist() == [1, 1, 1]  # goal 1 lost by both, goal 0 by one, goal 5 kept
+    assert counts.to_numpy().sum() == 6
+    with pytest.raises(ValueError, match="has 2 seeds"):
+        seed_agreement(t, "ref", "run")
 
 
 def test_val_outcomes_are_checked_on_the_goals_the_runs_final_evaluation_played(tmp_path):

@@ -126,6 +126,23 @@ def gained_and_lost(outcomes: pd.DataFrame, policy: str, baseline: str, split: s
     return {"gained": float((a * (1 - b)).sum()), "lost": float(((1 - a) * b).sum())}
 
 
+def seed_agreement(outcomes: pd.DataFrame, policy: str, baseline: str, split: str = "test") -> pd.DataFrame:
+    """How many of ``policy``'s seeds solve each goal, counted apart for the goals a single-policy ``baseline`` fails
+    and solves: one row each (``baseline fails``, ``baseline solves``), one column per number of seeds (0 to all).
+    Goals gained or lost by only some seeds are the borderline ones a seed's last updates can tip either way."""
+    a, b = success_matrix(outcomes, policy, split), success_matrix(outcomes, baseline, split)
+    if b.shape[1] != 1:
+        raise ValueError(f"the baseline {baseline!r} has {b.shape[1]} seeds: seed_agreement splits the goals by one "
+                         f"policy's outcome")
+    goals = a.index.intersection(b.index)
+    solving = a.loc[goals].sum(axis=1).astype(int)
+    solved = b.loc[goals].iloc[:, 0].astype(bool).map({False: "baseline fails", True: "baseline solves"})
+    counts = pd.crosstab(solved, solving).reindex(index=["baseline fails", "baseline solves"],
+                                                  columns=range(a.shape[1] + 1), fill_value=0)
+    counts.index.name, counts.columns.name = None, "seeds solving"
+    return counts
+
+
 def _clean(value) -> float:
     """A bootstrap quantile without the float noise of the weighted sums (-1e-17 would print as -0.0%)."""
     return float(np.round(value, 12)) + 0.0
