@@ -14,7 +14,8 @@ Each iteration:
 It records per iteration reward, success, loss, the KL estimate to pi_ref, entropy, invalid-action rate, tokens
 and seconds (a pandas DataFrame), evaluates greedily on val every ``eval_every`` iterations with the evaluator it
 is given (``analysis.evaluate.greedy_evaluation``; ``runs.train_run`` hands it in), and checkpoints (safetensors
-weights, optimizer and RNG states) so that a resumed run continues exactly as if it had not stopped.
+weights, optimizer and RNG states) so that a resumed run continues exactly as if it had not stopped. With ``ema``
+it also keeps a moving average of the policy's weights, which the evaluations play and ``train`` saves.
 
 It runs through ``accelerate``: one process by default; under ``accelerate launch --num_processes K`` (or
 ``torchrun``) each of K processes rolls out its share of the iteration's goals, computes the gradient of its share's
