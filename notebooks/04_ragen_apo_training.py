@@ -2247,11 +2247,15 @@ else:
 # python -m apo_helpers outcomes --profile class --run runs/apo_sloppy_h192_gsvk1024_b03_r3_decay_class \
 #     runs/apo_sloppy_h192_gsvk1024_b03_r3_ema95_class --save
 # ```
+#
+# The averaged round was also continued from its checkpoints to 120 iterations, in a copy of its folder
+# (`--iterations 120 --resume`, `--name apo_sloppy_h192_gsvk1024_b03_r3_ema95_it120`).
 
 # %%
 SMOOTHED_RUNS = {R3: "round 3: the held recipe",
                  "apo_sloppy_h192_gsvk1024_b03_r3_decay": "round 3: learning rate decayed (lr_decay)",
-                 "apo_sloppy_h192_gsvk1024_b03_r3_ema95": "round 3: weights averaged (ema=0.95)"}
+                 "apo_sloppy_h192_gsvk1024_b03_r3_ema95": "round 3: weights averaged (ema=0.95)",
+                 "apo_sloppy_h192_gsvk1024_b03_r3_ema95_it120": "round 3: weights averaged, 120 iterations"}
 smoothed_table = ledger_table(SMOOTHED_RUNS)
 if smoothed_table is not None:
     display(smoothed_table)
@@ -2270,7 +2274,8 @@ else:
 # **What this says.** Neither way of smoothing moves the round: each ends inside the interval of the held round
 # it repeats, with about as many of π_ref's solved test goals lost and as many of its failed ones gained, and the
 # seeds still split on the borderline goals as often (the second table). The averaged weights end level with the
-# held round, and smaller last steps a little lower if anything. So the seeds do not disagree because of their
+# held round, and smaller last steps a little lower if anything; 60 more iterations of the averaged round add
+# nothing. So the seeds do not disagree because of their
 # last few batches: each seed's path over its 180 iterations of rollouts leaves it with a different set of
 # borderline decisions, and that spread is what three seeds measure.
 

@@ -239,6 +239,10 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_h192_gsvk1024_b03_r3_ema95": ("options ignored, 2.3M-parameter model",
                                               f"{HELD}, 60 iterations, re-anchored twice on each seed's policy, 60 "
                                               f"more each, the last played and saved as its weights' moving average"),
+    "apo_sloppy_h192_gsvk1024_b03_r3_ema95_it120": ("options ignored, 2.3M-parameter model",
+                                                     f"{HELD}, 60 iterations, re-anchored twice on each seed's "
+                                                     f"policy, 60 more and then 120, the last played and saved as "
+                                                     f"its weights' moving average"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r2": ("options ignored, 2.3M-parameter model",
                                              f"{HELD}, 60 iterations, re-anchored on the seeds' averaged weights, 60 more"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r3": ("options ignored, 2.3M-parameter model",
@@ -472,7 +476,8 @@ if not gains.empty:
     held = "apo_sloppy_h192_gsvk1024_b03"
     pairs = [(f"{held}_r3", held), (f"{held}_r3", f"{held}_r4"), (f"{held}_r3_soup", f"{held}_r3"),
              (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3"),
-             (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3")]
+             (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3"),
+             (f"{held}_r3_ema95_it120", f"{held}_r3_ema95")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     best = gains.iloc[0]
