@@ -290,9 +290,10 @@ class APOConfig:
     (pi_ref's) and after every optimizer step avg <- d * avg + (1 - d) * weights (0: off; 0.95 averages about the
     last 20 steps).
     The rollouts still sample the trained weights; the val and test evaluations play the average, and ``train``
-    saves it as the run's ``policy/`` (so a re-anchored round starts from it). The seeds of one round disagree on many
-    of the goals they gain or lose, a sign that the last few batches' noise decides them; the average of nearby
-    weights smooths it, as ``lr_decay`` does by taking smaller last steps."""
+    saves it as the run's ``policy/`` (so a re-anchored round starts from it). Tried because the seeds of one round
+    disagree on many of the goals they gain or lose: if the last batches' noise decided them, an average of nearby
+    weights would smooth it, as ``lr_decay`` does with smaller last steps. Measured in notebook 04 section 8
+    ("Smoothing the end of a round"): neither moves the round's test success or its disagreement."""
     grad_clip: float = 1.0
     """Gradient-norm clipping (paper: 1.0)."""
     update_epochs: int = 1

@@ -2174,7 +2174,8 @@ else:
 # %%
 from apo_helpers.analysis.significance import gain_interval, gained_and_lost
 
-outcomes_path = RESULTS_DIR / "goal_outcomes_class.csv"
+outcomes_path = RESULTS_DIR / "goal_outcomes_class.csv"  # per-goal outcomes (notebook 07 section 3)
+outcomes = pd.read_csv(outcomes_path) if outcomes_path.exists() else pd.DataFrame(columns=["policy"])
 
 
 def ledger_table(labels):
@@ -2186,7 +2187,6 @@ def ledger_table(labels):
         return None
     table = runs_summary(runs, labels, start)[
         ["goals practised", "test_success", "gain over π_ref", "std over seeds", "lowest seed", "highest seed"]]
-    outcomes = pd.read_csv(outcomes_path) if outcomes_path.exists() else pd.DataFrame(columns=["policy"])
     if set(labels) | {start["ref"]} <= set(outcomes["policy"]):
         moved = {labels[name]: {**gained_and_lost(outcomes, name, start["ref"]),
                                 "gain, 95% interval": "[{low:+.3f}, {high:+.3f}]".format(
@@ -2222,7 +2222,6 @@ else:
 from apo_helpers.analysis.significance import seed_agreement
 
 R3 = "apo_sloppy_h192_gsvk1024_b03_r3"
-outcomes = pd.read_csv(outcomes_path) if outcomes_path.exists() else pd.DataFrame(columns=["policy"])
 r3_start = committed_runs([R3])[1]
 if r3_start is not None and {R3, r3_start["ref"]} <= set(outcomes["policy"]):
     display(seed_agreement(outcomes, R3, r3_start["ref"]))

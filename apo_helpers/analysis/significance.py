@@ -129,7 +129,8 @@ def gained_and_lost(outcomes: pd.DataFrame, policy: str, baseline: str, split: s
 def seed_agreement(outcomes: pd.DataFrame, policy: str, baseline: str, split: str = "test") -> pd.DataFrame:
     """How many of ``policy``'s seeds solve each goal, counted apart for the goals a single-policy ``baseline`` fails
     and solves: one row each (``baseline fails``, ``baseline solves``), one column per number of seeds (0 to all).
-    Goals gained or lost by only some seeds are the borderline ones a seed's last updates can tip either way."""
+    Goals gained or lost by only some seeds are borderline: whether a run solves them depends on its seed
+    (notebook 04 section 8)."""
     a, b = success_matrix(outcomes, policy, split), success_matrix(outcomes, baseline, split)
     if b.shape[1] != 1:
         raise ValueError(f"the baseline {baseline!r} has {b.shape[1]} seeds: seed_agreement splits the goals by one "
