@@ -276,6 +276,12 @@ class APOConfig:
     credit the trajectory-level regression cannot otherwise tell apart when several clicks were drawn."""
     beta2: float = 0.1
     """Weight of log(pi / pi_ref) in the regression (paper: 1e-3 for ~1k-token math answers)."""
+    success_bonus: float = 0.0
+    """Extra pay for a perfect return: stage 1 and the update read the return r as (r + b * [r = 1]) / (1 + b) with
+    b = ``success_bonus`` (0: WebShop's graded reward, unchanged). WebShop pays a purchase with every attribute
+    right but the wrong option value about 0.8, so a success stands only ~0.2 above a near miss; b = 1 doubles that
+    gap and halves the ones among failures. Stage 1's cached samples serve any b (V* is recomputed from them);
+    evaluations still report the graded score and success (notebook 04 section 8)."""
     lr: float = 3e-4
     """AdamW learning rate (constant after a short warm-up)."""
     warmup: int = 5

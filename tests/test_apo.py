@@ -22,7 +22,8 @@ from apo_helpers.apo.sft import expert_demonstrations
 from apo_helpers.apo.trainer import Trainer, latest_checkpoint, load_models, objective_inputs, trained_sequences
 from apo_helpers.apo.turn_credit import decision_turn, split_values
 from apo_helpers.apo.vstar import (VStarTable, cache_key, greedy_pages, load_vstar, optimal_value, rollout_sampling,
-                                   sample_rewards, stage1, stage1_goals, vstar_table, weights_hash)
+                                   sample_rewards, stage1, stage1_goals, training_reward, vstar_table,
+                                   weights_hash)
 from apo_helpers.config import get_profile, seed_everything
 from apo_helpers.policy.prompts import encode_chat
 from apo_helpers.policy.rollout import Sampling
@@ -310,6 +311,45 @@ def test_goal_filters_apply_to_cached_tables_too(models, monkeypatch, tmp_path):
     disagreeing = stage1(ref_model, tokenizer, dataclasses.replace(P, apo=dataclasses.replace(P.apo, keep_disagreeing=True)),
                          tmp_path, progress=False)
     assert disagreeing.table["rewards"].tolist() == [[1.0, 0.0]]
+
+
+def test_success_bonus_pays_a_perfect_return_more_and_keeps_it_at_one():
+    assert training_reward(0.8, 0.0) == 0.8 and training_reward(1.0, 0.0) == 1.0
+    assert training_reward(0.8, 1.0) == pytest.approx(0.4) and training_reward(1.0, 1.0) == 1.0
+    assert training_reward(0.6, 3.0) == pytest.approx(0.15) and training_reward(-0.1, 1.0) == pytest.approx(-0.05)
+    assert training_reward(1.0, 1.0) - training_reward(0.8, 1.0) > 1.0 - 0.8  # the gap to a near miss grows
+    with pytest.raises(ValueError, match="success_bonus"):
+        training_reward(0.5, -1.0)
+
+
+def test_success_bonus_recomputes_vstar_from_the_cached_samples(models, monkeypatch, tmp_path):
+    _, ref_model, tokenizer = models
+    fake = [[1.0, 0.8], [0.8, 0.6]] + [[0.5, 0.2]] * (P.apo.vstar_goals - 2)
+    monkeypatch.setattr("apo_helpers.apo.vstar.sample_rewards", lambda *a, **k: (fake, []))
+    plain = stage1(ref_model, tokenizer, P, tmp_path, progress=False)
+    monkeypatch.setattr("apo_helpers.apo.vstar.sample_rewards", lambda *a, **k: pytest.fail("the cache was not used"))
+    bonus = dataclasses.replace(P, apo=dataclasses.replace(P.apo, success_bonus=1.0, keep_varying=True))
+    shaped = stage1(ref_model, tokenizer, bonus, tmp_path, progress=False)
+    assert shaped.loaded and shaped.key == plain.key and len(shaped.table) == P.apo.vstar_goals  # every goal varies
+    assert shaped.table["rewards"][0] == pytest.approx([1.0, 0.4]) and shaped.table["successes"][0] == 1
+    assert shaped.table["vstar"][0] == pytest.approx(optimal_value([1.0, 0.4], P.apo.beta1))
+    assert shaped.table["vstar"][1] == pytest.approx(optimal_value([0.4, 0.3], P.apo.beta1))
+    assert load_vstar(tmp_path / plain.key).table["rewards"][0] == [1.0, 0.8]  # the cache keeps the samples
+
+
+def test_objective_inputs_train_on_the_bonus_reward_and_ppo_refuses_it(ref_dir, models, demos, vstar):
+    model, ref_model, tokenizer = models
+    table = VStarTable(vstar_table([d.goal for d in demos], [[0.5, 1.0]] * len(demos), P.apo.beta1), "demo-goals")
+    bonus = dataclasses.replace(P, apo=dataclasses.replace(P.apo, success_bonus=1.0))
+    rescored = [dataclasses.replace(d, reward=r) for d, r in zip(demos, [1.0, 0.8, 0.6, 1.0])]  # a near miss, ...
+    plain = objective_inputs(model, ref_model, rescored, tokenizer, table, P)
+    shaped = objective_inputs(model, ref_model, rescored, tokenizer, table, bonus)
+    assert plain.reward.tolist() == pytest.approx([1.0, 0.8, 0.6, 1.0])
+    assert shaped.reward.tolist() == pytest.approx([1.0, 0.4, 0.3, 1.0])
+    assert torch.equal(shaped.vstar, plain.vstar)  # V* comes from the table, reshaped by stage 1 itself
+    for objective in ("ppo", "apo_split"):
+        with pytest.raises(ValueError, match="success_bonus"):
+            _trainer(ref_dir, vstar, objective=objective, profile=bonus)
 
 
 def test_min_options_keeps_the_goals_that_ask_for_that_many(models, monkeypatch, tmp_path):

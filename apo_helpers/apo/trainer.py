@@ -52,7 +52,7 @@ from .losses import OBJECTIVES, ObjectiveInputs, distribution_kl, kl_estimate
 from .sft import lr_at
 from .turn_credit import SplitValues, require_turn_chats, split_values
 from .value_head import ValueHead, turn_positions
-from .vstar import VStarTable, drawn_turns, greedy_pages, rollout_sampling
+from .vstar import VStarTable, drawn_turns, greedy_pages, rollout_sampling, training_reward
 
 CHECKPOINTS = "checkpoints"
 AVERAGE_FILE = "average.safetensors"
@@ -203,8 +203,9 @@ def regression_value(trajectory: Trajectory, vstar: VStarTable, config: APOConfi
     ``APOConfig.hold_failed_draws``, the return itself for a trajectory with a drawn turn that scored below V*(x)
     (an advantage of 0: the regression holds it at pi_ref instead of pushing it down)."""
     value = vstar.value(trajectory.goal)
-    if config.hold_failed_draws and trajectory.reward < value and any(u.explored for u in trajectory.turns):
-        return float(trajectory.reward)
+    reward = training_reward(trajectory.reward, config.success_bonus)
+    if config.hold_failed_draws and reward < value and any(u.explored for u in trajectory.turns):
+        return reward
     return value
 
 
@@ -260,7 +261,8 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
                      turn_rewards=torch.tensor([u.reward for t in trajectories for u in t.turns], device=dev))
     return ObjectiveInputs(
         logp=per_trajectory(token_logp), logp_ref=per_trajectory(token_logp_ref),
-        reward=torch.tensor([t.reward for t in trajectories], device=dev, dtype=torch.float32),
+        reward=torch.tensor([training_reward(t.reward, config.success_bonus) for t in trajectories], device=dev,
+                            dtype=torch.float32),
         vstar=torch.tensor([regression_value(t, vstar, config) for t in trajectories], device=dev,
                            dtype=torch.float32),
         tokens=per_trajectory(torch.ones_like(token_logp)),
@@ -398,6 +400,10 @@ class Trainer:
         if self.config.hold_failed_draws and not drawn_turns(self.config):
             raise ValueError("hold_failed_draws holds the trajectories with a drawn turn, but no turn is drawn: set "
                              "explore, explore_options, explore_results or explore_search above 0")
+        if self.config.success_bonus and objective in ("ppo", "apo_split"):
+            raise ValueError(f"success_bonus reshapes the trajectory's return; {objective} also reads per-turn rewards, "
+                             "which it leaves unchanged: use success_bonus=0 with it")
+        training_reward(0.0, self.config.success_bonus)  # raises on a negative bonus
         if self.config.greedy_kl < 0:
             raise ValueError(f"greedy_kl must be 0 (off) or positive, got {self.config.greedy_kl}")
         if not 0.0 <= self.config.ema < 1.0:

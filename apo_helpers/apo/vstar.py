@@ -8,7 +8,8 @@ log-sum-exp trick so small beta1 does not overflow.
 ``stage1`` samples N episodes of the frozen pi_ref per goal (one batched rollout over all of them), and caches the
 table on disk under a key made of pi_ref's weights hash, N, beta1, the temperature and the goals: a second call with
 the same key loads instead of sampling. The cache holds every goal; the optional filters (``drop_unsolved``,
-``keep_disagreeing``, ``keep_varying``) are applied after it, so changing them never needs new samples.
+``keep_disagreeing``, ``keep_varying``) and the reward's ``success_bonus`` are applied after it, so changing them
+never needs new samples.
 """
 
 from __future__ import annotations
@@ -45,6 +46,24 @@ def optimal_value(rewards, beta1: float = 0.5) -> float:
     z = r / beta1
     top = z.max()
     return float(beta1 * (top + np.log(np.mean(np.exp(z - top)))))
+
+
+def training_reward(reward: float, success_bonus: float = 0.0) -> float:
+    """The return stage 1 and stage 2 train on (``APOConfig.success_bonus``): (r + b * [r = 1]) / (1 + b), so a
+    perfect return stays 1 and every other is scaled by 1 / (1 + b); b = 0 gives r."""
+    if not success_bonus >= 0:
+        raise ValueError(f"success_bonus must be 0 (off) or positive, got {success_bonus}")
+    return (reward + success_bonus * float(reward >= 1.0)) / (1.0 + success_bonus)
+
+
+def with_success_bonus(result: "VStarTable", config: APOConfig) -> "VStarTable":
+    """The table with its rewards read through ``training_reward`` and V*, mean and max recomputed from them
+    (unchanged when ``config.success_bonus`` is 0): the cache keeps the sampled rewards, so any bonus reuses it."""
+    if not config.success_bonus:
+        return result
+    rewards = [[training_reward(r, config.success_bonus) for r in row] for row in result.table["rewards"]]
+    table = vstar_table(result.goals(), rewards, config.beta1)
+    return dataclasses.replace(result, table=table)
 
 
 def weights_hash(model) -> str:
@@ -217,17 +236,17 @@ def stage1(model, tokenizer, profile: Profile, cache_dir=None, goals: list[Goal]
     key = cache_key(weights_hash(model), goals, config, seed, profile.policy.show_selected_options)
     folder = Path(cache_dir) / key if cache_dir is not None else None
     if folder is not None and (folder / "vstar.csv").exists():
-        return filter_goals(load_vstar(folder), config)
+        return filter_goals(with_success_bonus(load_vstar(folder), config), config)
     seed_everything(seed)
     start = time.perf_counter()
     rewards, _ = sample_rewards(model, tokenizer, goals, config.vstar_samples, profile, config.vstar_temperature,
                                 progress)
     result = VStarTable(vstar_table(goals, rewards, config.beta1), key, seconds=round(time.perf_counter() - start, 1))
-    if folder is not None:  # the cache holds every goal: the filters are applied on the way out
+    if folder is not None:  # the cache holds every goal's sampled rewards: the filters and the bonus apply after it
         save_vstar(result, folder, {"seconds": result.seconds, "N": config.vstar_samples, "beta1": config.beta1,
                                     "goals": len(goals),
                                     "temperature": config.vstar_temperature, "seed": seed, "profile": profile.name})
-    return filter_goals(result, config)
+    return filter_goals(with_success_bonus(result, config), config)
 
 
 def filter_goals(result: VStarTable, config: APOConfig) -> VStarTable:
