@@ -243,6 +243,14 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
                                                      f"{HELD}, 60 iterations, re-anchored twice on each seed's "
                                                      f"policy, 60 more and then 120, the last played and saved as "
                                                      f"its weights' moving average"),
+    "apo_sloppy_h192_gsvk1024_b03_sb1": ("options ignored, 2.3M-parameter model",
+                                         f"{HELD}, 60 iterations, successes paid double (success_bonus=1)"),
+    "apo_sloppy_h192_gsvk1024_b03_sb1_r2": ("options ignored, 2.3M-parameter model",
+                                            f"{HELD}, 60 iterations, re-anchored on each seed's policy, 60 more, "
+                                            f"successes paid double (success_bonus=1) in both rounds"),
+    "apo_sloppy_h192_gsvk1024_b03_r3_sb1": ("options ignored, 2.3M-parameter model",
+                                            f"{HELD}, 60 iterations, re-anchored twice on each seed's policy, 60 "
+                                            f"more each, the last with successes paid double (success_bonus=1)"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r2": ("options ignored, 2.3M-parameter model",
                                              f"{HELD}, 60 iterations, re-anchored on the seeds' averaged weights, 60 more"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r3": ("options ignored, 2.3M-parameter model",
@@ -468,8 +476,9 @@ gains.round(3)
 # %% [markdown]
 # The comparisons the findings (README, `docs/experiments.md`) rest on, read the same way: does re-anchoring beat
 # the run it continued, does the third round differ from the fourth, do the soups differ from the seeds, and does
-# putting back the goals π_ref always solves (`keep_solved`, notebook 04 section 8) change the third round, and do
-# a decaying learning rate (`lr_decay`) or a moving average of the weights (`ema`) in that round?
+# putting back the goals π_ref always solves (`keep_solved`, notebook 04 section 8) change the third round, do
+# a decaying learning rate (`lr_decay`) or a moving average of the weights (`ema`) in that round, and does paying
+# successes double (`success_bonus`) change the first round or the third?
 
 # %%
 if not gains.empty:
@@ -477,7 +486,8 @@ if not gains.empty:
     pairs = [(f"{held}_r3", held), (f"{held}_r3", f"{held}_r4"), (f"{held}_r3_soup", f"{held}_r3"),
              (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3"),
              (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3"),
-             (f"{held}_r3_ema95_it120", f"{held}_r3_ema95")]
+             (f"{held}_r3_ema95_it120", f"{held}_r3_ema95"), (f"{held}_sb1", held), (f"{held}_sb1_r2", f"{held}_r2"),
+             (f"{held}_r3_sb1", f"{held}_r3")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     best = gains.iloc[0]
