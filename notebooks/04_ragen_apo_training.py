@@ -2324,7 +2324,7 @@ if len(bonus_runs) == len(BONUS_RUNS):
             paired = gain_interval(outcomes, bonus, held)
             print(f"{BONUS_RUNS[bonus]} against {BONUS_RUNS[held]}: {paired['gain']:+.3f} "
                   f"[{paired['low']:+.3f}, {paired['high']:+.3f}]")
-    option_cells = list(columns)[2:]
+    option_cells = [f"test_{key}" for key in OPTION_RATES]
     options_table = runs_summary(bonus_runs, BONUS_RUNS, bonus_start)[option_cells]
     options_table.loc["first π_ref"] = bonus_start[option_cells].astype(float)
     display(options_table.rename(columns=columns).round(3))
