@@ -1,5 +1,5 @@
-"""Command line: ``python -m apo_helpers {play,evaluate,train-ref,sweep-ref,pretrained,vstar,train,compare,sweep,bench,data,report,readme} ...``
-(see ``--help`` of each)."""
+"""Command line: ``python -m apo_helpers <command> ...``, one command per step of the pipeline (environment, pi_ref,
+stage 1, training, analysis, report); ``--help`` of each says what it runs and writes."""
 
 from __future__ import annotations
 

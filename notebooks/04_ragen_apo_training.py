@@ -25,9 +25,29 @@
 # 4. read the committed three-seed results, with their spread, against π_ref and the scripted agents;
 # 5. measure what the samples explore and which decisions A*PO's target would change, why β₂ decides it, and
 #    whether this model can learn the results-page choice at all;
-# 6. test whether RL teaches what the demonstrations left out.
+# 6. test whether RL teaches what the demonstrations left out;
+# 7. read a search for a better recipe (section 8): one question per subsection, the committed runs that answer
+#    it, and what each answer rules out.
 #
 # The package code is `apo_helpers.apo.losses` (the objective) and `apo_helpers.apo.trainer` (the loop).
+#
+# **How to read it.** Sections 1–4, 9 and 10 are the lesson: the loop, one iteration, a live run, the committed
+# seeds, and before/after episodes in the viewer. Sections 5–8 are the investigation of why A*PO's gain over π_ref
+# stops short of the project's +10-point target; the Summary at the end gives each finding in a bullet, and each
+# subsection holds the evidence behind it, from committed runs (`docs/experiments.md` has every run's command).
+# Section 8's subsections, by the question they ask:
+#
+# | question | subsections of section 8 |
+# |---|---|
+# | how far may the policy move from π_ref? | the sweep at its start; β₂ where there is something to learn |
+# | which goals should RL practise? | Goals whose rewards vary; Keeping what π_ref solves; Practising only the two-option goals |
+# | how to keep the greedily played turns stable? | Anchoring the greedy search turn; Holding the whole distribution... |
+# | is the optimizer the limit? | Fitting each batch; Is the plateau noise?; Smoothing the end of a round |
+# | why does the option choice stall? | Purchases one click early; Drawing the missing value; Pages that say which option is selected; Pages that show the selection, at 2.3M |
+# | is the model or the demonstrator the limit? | A wider model; How much the demonstrator leaves out |
+# | what about the budget? | Where the purchases still fail: above the budget |
+# | does renewing π_ref and V* help? | Re-anchoring every 60 and every 30 iterations; from another π_ref; Averaging the seeds |
+# | is the reward's shape the limit? | Paying successes more |
 
 # %%
 import dataclasses
@@ -988,7 +1008,10 @@ else:
 # half a nat at 1e-5, the two learning rates bracket the one to try next; a pretrained model's learning rate is a
 # setting to sweep first, not to carry over from the tiny model.
 #
-# ## 8. β₂: how far the policy may move from π_ref
+# ## 8. Searching for a better recipe, from β₂ on
+#
+# This section starts with β₂, the knob the issue asks to sweep, then asks in turn each question of the reading
+# guide at the top of this notebook, one subsection per question, each from committed runs.
 #
 # The paper's β₂ = 1e-3 was set for single-turn math with ~1k-token answers. Here a trajectory has a few hundred
 # assistant tokens and rewards in [−1, 1]; the regression's optimum sets log π/π_ref = (r − V*)/β₂, so β₂ bounds
