@@ -48,6 +48,7 @@
 # | what about the budget? | Where the purchases still fail: above the budget |
 # | does renewing π_ref and V* help? | Re-anchoring every 60 and every 30 iterations; from another π_ref; Averaging the seeds |
 # | is the reward's shape the limit? | Paying successes more |
+# | is stage 1's estimate the limit? | Sampling V* more precisely |
 
 # %%
 import dataclasses
@@ -2363,6 +2364,45 @@ else:
 # the value off the instruction, and a larger reward for reading it does not teach that in these rounds.
 
 # %% [markdown]
+# ### Sampling V* more precisely: `vstar_samples=16`
+#
+# Every target r − V* leans on stage 1's estimate. V* of a goal comes from N = 8 samples of π_ref, and the goal
+# keeps that value for the whole run: a goal whose samples happened to score high is pushed down each time it is
+# drawn, one whose samples scored low is pushed up. Sixteen samples per goal halve the variance of that estimate, at
+# twice stage 1's cost. Both rounds below start from one more 2.3M π_ref: the first 2.3M π_ref's `train-ref`
+# command run again, on an Intel Xeon where the first ran on an AMD EPYC (the README's Development section: the
+# processor's vector kernels make it another policy), kept as its own folder; then the held recipe with N = 8 and
+# with N = 16, three seeds each, at most four side by side with one thread each (six such trainers ran out of
+# the machine's memory; the seeds tables' `peak_memory_mb` says what each took):
+#
+# ```
+# python -m apo_helpers train-ref --profile class --skip-options 0.5 --model hidden_size=192 intermediate_size=576
+# #   (moved to runs/pi_ref_class_skip_options_0.5_hidden_size_192_intermediate_size_576_xeon)
+# python -m apo_helpers train --profile class --seeds 0 1 2 --iterations 60 \
+#     --ref runs/pi_ref_class_skip_options_0.5_hidden_size_192_intermediate_size_576_xeon \
+#     --set vstar_goals=1024 keep_varying=True greedy_search=True greedy_kl=0.01 beta2=0.03 \
+#     --out runs/apo_sloppy_h192_xeon_gsvk1024_b03_class --name apo_sloppy_h192_xeon_gsvk1024_b03 --save
+# #   the same with vstar_samples=16 added to --set: --out runs/apo_sloppy_h192_xeon_gsvk1024_b03_n16_class
+# #   --name apo_sloppy_h192_xeon_gsvk1024_b03_n16
+# python -m apo_helpers outcomes --profile class --run runs/apo_sloppy_h192_xeon_gsvk1024_b03_class \
+#     runs/apo_sloppy_h192_xeon_gsvk1024_b03_n16_class --save
+# ```
+#
+# Notebook 07 shows both runs against this π_ref (section 1's table: `apo_sloppy_h192_xeon_gsvk1024_b03` and
+# `apo_sloppy_h192_xeon_gsvk1024_b03_n16`) and the paired interval of N = 16 against N = 8 on the same test goals
+# (section 3's comparisons); the stage-1 seconds and goals kept are in their seeds tables (`vstar_seconds`,
+# `vstar_goals`).
+
+# %% [markdown]
+# **What this says.** Sixteen samples per goal cost twice stage 1's time and end lower, not higher: the paired
+# interval (notebook 07 section 3) against the same π_ref's eight-sample round lies below zero or touches it, and
+# the seeds click an option on fewer of the goals that ask for some (their seeds tables' `test_option_clicked`). Notebook 03 section 4 shows how V*'s spread shrinks with N; that spread is
+# not what holds the gain down here. Stage 1 with more samples also keeps more goals, those whose rewards vary only
+# in a larger sample, on which π_ref seldom errs or seldom succeeds; one reading, which this run does not separate
+# from the sharper V*, is that they dilute the batches that teach the option habit. From this π_ref the held recipe
+# itself gains the least of the four 2.3M π_refs (the README's ref-spread table).
+
+# %% [markdown]
 # ### How much the demonstrator leaves out
 #
 # Every sloppy π_ref above imitated a demonstrator that ignores the options in half of its episodes. That share
@@ -2714,3 +2754,5 @@ else:
 #   last batches.
 # - Paying successes double (`success_bonus=1`, section 8), so that a success stands further above a purchase with a
 #   wrong option value, leaves the first, second and third rounds where WebShop's graded reward leaves them.
+# - A more precise V* (`vstar_samples=16`, section 8) does not help either: from a fourth 2.3M π_ref, the first's
+#   command run again on another processor, sixteen samples per goal end below eight.

@@ -170,6 +170,11 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
                                            "that ignore the options half the time by a tiny Llama of hidden size 192 "
                                            "from other initial weights and batch order (`train-ref --model "
                                            "hidden_size=192 intermediate_size=576 --seed 2`)", HELD),
+    "apo_sloppy_h192_xeon_gsvk1024_b03": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
+                                          "the demonstrations that ignore the options half the time by a tiny Llama "
+                                          "of hidden size 192, the first such pi_ref's command run again on another "
+                                          "processor (`train-ref --model hidden_size=192 intermediate_size=576`)",
+                                          HELD),
     "apo_sloppy_h256_gsvk512_b03": ("options ignored, 3.9M-parameter model", "the demonstrations that ignore the "
                                     "options half the time by a tiny Llama of hidden size 256 (`train-ref --model "
                                     "hidden_size=256 intermediate_size=768`)", f"{HELD}, stage 1 on 512 goals"),
@@ -251,6 +256,8 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_h192_gsvk1024_b03_r3_sb1": ("options ignored, 2.3M-parameter model",
                                             f"{HELD}, 60 iterations, re-anchored twice on each seed's policy, 60 "
                                             f"more each, the last with successes paid double (success_bonus=1)"),
+    "apo_sloppy_h192_xeon_gsvk1024_b03_n16": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
+                                              f"{HELD}, V* from 16 samples per goal"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r2": ("options ignored, 2.3M-parameter model",
                                              f"{HELD}, 60 iterations, re-anchored on the seeds' averaged weights, 60 more"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r3": ("options ignored, 2.3M-parameter model",
@@ -478,7 +485,8 @@ gains.round(3)
 # the run it continued, does the third round differ from the fourth, do the soups differ from the seeds, and does
 # putting back the goals π_ref always solves (`keep_solved`, notebook 04 section 8) change the third round, do
 # a decaying learning rate (`lr_decay`) or a moving average of the weights (`ema`) in that round, and does paying
-# successes double (`success_bonus`) change the first round or the third?
+# successes double (`success_bonus`) change the first round or the third? And from the π_ref retrained on an Intel
+# Xeon, does V* from 16 samples per goal change the first round?
 
 # %%
 if not gains.empty:
@@ -487,7 +495,8 @@ if not gains.empty:
              (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3"),
              (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3"),
              (f"{held}_r3_ema95_it120", f"{held}_r3_ema95"), (f"{held}_sb1", held), (f"{held}_sb1_r2", f"{held}_r2"),
-             (f"{held}_r3_sb1", f"{held}_r3")]
+             (f"{held}_r3_sb1", f"{held}_r3"),
+             ("apo_sloppy_h192_xeon_gsvk1024_b03_n16", "apo_sloppy_h192_xeon_gsvk1024_b03")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     best = gains.iloc[0]
