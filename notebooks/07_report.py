@@ -258,10 +258,8 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
                                             f"more each, the last with successes paid double (success_bonus=1)"),
     "apo_sloppy_h192_xeon_gsvk1024_b03_n16": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
                                               f"{HELD}, V* from 16 samples per goal"),
-    **{f"apo_sloppy_h192_xeon_gsvk1024_b03_r{n}": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
-                                                   f"{HELD}, 60 iterations, re-anchored {times} on each seed's policy, "
-                                                   f"60 more{each}")
-       for n, times, each in ((2, "once", ""), (3, "twice", " each"))},
+    "apo_sloppy_h192_xeon_gsvk1024_b03_r2": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
+                                             f"{HELD}, 60 iterations, re-anchored once on each seed's policy, 60 more"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r2": ("options ignored, 2.3M-parameter model",
                                              f"{HELD}, 60 iterations, re-anchored on the seeds' averaged weights, 60 more"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r3": ("options ignored, 2.3M-parameter model",
@@ -495,15 +493,13 @@ gains.round(3)
 
 # %%
 if not gains.empty:
-    held = "apo_sloppy_h192_gsvk1024_b03"
+    held, xeon = "apo_sloppy_h192_gsvk1024_b03", "apo_sloppy_h192_xeon_gsvk1024_b03"
     pairs = [(f"{held}_r3", held), (f"{held}_r3", f"{held}_r4"), (f"{held}_r3_soup", f"{held}_r3"),
              (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3"),
              (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3"),
              (f"{held}_r3_ema95_it120", f"{held}_r3_ema95"), (f"{held}_sb1", held), (f"{held}_sb1_r2", f"{held}_r2"),
              (f"{held}_r3_sb1", f"{held}_r3"),
-             ("apo_sloppy_h192_xeon_gsvk1024_b03_n16", "apo_sloppy_h192_xeon_gsvk1024_b03"),
-             ("apo_sloppy_h192_xeon_gsvk1024_b03_r2", "apo_sloppy_h192_xeon_gsvk1024_b03"),
-             ("apo_sloppy_h192_xeon_gsvk1024_b03_r3", "apo_sloppy_h192_xeon_gsvk1024_b03_r2")]
+             (f"{xeon}_n16", xeon), (f"{xeon}_r2", xeon)]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     best = gains.iloc[0]
