@@ -2433,6 +2433,12 @@ else:
 # π_ref's once re-anchored round, since its held round gained less to begin with. Renewing π_ref and V* repeats as a
 # step from a second lineage of 60-iteration rounds, and the ref-spread table's row for those rounds shows that the
 # step does not close the distance to the target from either π_ref.
+#
+# A second re-anchored round from this π_ref (each seed of that round as its own π_ref again, the same commands with
+# `_r2_class` in `--ref` and `--out runs/apo_sloppy_h192_xeon_gsvk1024_b03_r3_class`) levels off where the first
+# ended: the paired interval against it (notebook 07 section 3) centres near zero, where from the first π_ref the
+# second round still added a little. The chain of this π_ref stops one round earlier than the first's, at a smaller
+# gain, and the ref-spread table's row for twice re-anchored rounds sets the two lineages side by side.
 
 # %% [markdown]
 # ### How much the demonstrator leaves out
@@ -2789,4 +2795,5 @@ else:
 # - A more precise V* (`vstar_samples=16`, section 8) does not help either: from a fourth 2.3M π_ref, the first's
 #   command run again on another processor, sixteen samples per goal end below eight.
 # - From that fourth π_ref, one re-anchored round of 60 iterations lifts every seed again (section 8), less than
-#   from the first π_ref: re-anchoring repeats as a step, and stays short of the target.
+#   from the first π_ref, and a second round adds nothing more: re-anchoring repeats as a step, levels off one
+#   round sooner, and stays short of the target.

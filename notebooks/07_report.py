@@ -260,6 +260,9 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
                                               f"{HELD}, V* from 16 samples per goal"),
     "apo_sloppy_h192_xeon_gsvk1024_b03_r2": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
                                              f"{HELD}, 60 iterations, re-anchored once on each seed's policy, 60 more"),
+    "apo_sloppy_h192_xeon_gsvk1024_b03_r3": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
+                                             f"{HELD}, 60 iterations, re-anchored twice on each seed's policy, 60 "
+                                             f"more each"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r2": ("options ignored, 2.3M-parameter model",
                                              f"{HELD}, 60 iterations, re-anchored on the seeds' averaged weights, 60 more"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r3": ("options ignored, 2.3M-parameter model",
@@ -488,8 +491,8 @@ gains.round(3)
 # putting back the goals π_ref always solves (`keep_solved`, notebook 04 section 8) change the third round, do
 # a decaying learning rate (`lr_decay`) or a moving average of the weights (`ema`) in that round, and does paying
 # successes double (`success_bonus`) change the first round or the third? And from the π_ref retrained on an Intel
-# Xeon, does V* from 16 samples per goal change the first round, and does re-anchoring add to it what it added from
-# the first π_ref?
+# Xeon, does V* from 16 samples per goal change the first round, and does re-anchoring add to it, and then to
+# itself, what it added from the first π_ref?
 
 # %%
 if not gains.empty:
@@ -499,7 +502,7 @@ if not gains.empty:
              (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3"),
              (f"{held}_r3_ema95_it120", f"{held}_r3_ema95"), (f"{held}_sb1", held), (f"{held}_sb1_r2", f"{held}_r2"),
              (f"{held}_r3_sb1", f"{held}_r3"),
-             (f"{xeon}_n16", xeon), (f"{xeon}_r2", xeon)]
+             (f"{xeon}_n16", xeon), (f"{xeon}_r2", xeon), (f"{xeon}_r3", f"{xeon}_r2")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     best = gains.iloc[0]
