@@ -196,6 +196,10 @@ class APOConfig:
     bought a product that matched more of the instruction (graded reward), the goals where the choice of options
     is scored. Needs no success among the samples, so it keeps more goals than ``keep_disagreeing`` (notebook 04
     section 8 counts both)."""
+    filter_samples: int = 0
+    """Judge the filters above (and ``keep_solved``) on each goal's first k of the N stage-1 samples, while V* still
+    comes from all N: with N = 16 and k = 8 the practised goals are drawn by the N = 8 rule and V* is the sharper
+    16-sample estimate, which separates the two effects of a larger N (notebook 04 section 8). 0: all N."""
     min_options: int = 0
     """Keep only goals that ask for at least this many options (applied with the filters above, after the cache).
     A quarter of the goals the 2.3M sloppy pi_ref practises ask for two, and no policy here solves them: it selects

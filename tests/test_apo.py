@@ -367,6 +367,37 @@ def test_min_options_keeps_the_goals_that_ask_for_that_many(models, monkeypatch,
         assert result.dropped == sum(n < least for n in asked)
 
 
+def test_filter_samples_judges_the_filters_on_the_first_k_samples_and_keeps_vstar_from_all_n():
+    from apo_helpers.apo.vstar import VStarTable, filter_goals, vstar_table
+    from apo_helpers.webshop.catalog import default_catalog
+
+    goals = default_catalog().split("train")[:5]
+    rewards = [[1.0, 0.0, 1.0, 1.0],  # varies in the first two
+               [0.5, 0.5, 0.2, 0.5],  # varies only in the last two
+               [1.0, 1.0, 1.0, 0.0],  # solved by the first two, not by all four
+               [0.0, 0.0, 0.0, 1.0],  # no success in the first two
+               [0.3, 0.3, 0.3, 0.3]]  # flat
+    table = VStarTable(vstar_table(goals, rewards, 0.5), "k")
+    varying = dataclasses.replace(P.apo, keep_varying=True)
+    assert filter_goals(table, varying).table["goal_index"].tolist() == [g.index for g in goals[:4]]
+    first_two = filter_goals(table, dataclasses.replace(varying, filter_samples=2))
+    assert first_two.table["goal_index"].tolist() == [goals[0].index]
+    assert first_two.dropped == 4
+    assert first_two.table["vstar"].tolist() == table.table["vstar"][:1].tolist()  # V* from all four samples
+    assert first_two.table["rewards"].tolist() == [rewards[0]]
+    disagreeing = dataclasses.replace(P.apo, keep_disagreeing=True, filter_samples=2)
+    assert filter_goals(table, disagreeing).table["goal_index"].tolist() == [goals[0].index]
+    unsolved = dataclasses.replace(P.apo, drop_unsolved=True, filter_samples=2)
+    assert goals[3].index not in filter_goals(table, unsolved).table["goal_index"].tolist()
+    solved = filter_goals(table, dataclasses.replace(varying, filter_samples=2, keep_solved=1.0))
+    assert solved.table["goal_index"].tolist() == [goals[0].index, goals[2].index]  # goal 2 solved in its first two
+    same = filter_goals(table, dataclasses.replace(varying, filter_samples=4))
+    assert same.table.equals(filter_goals(table, varying).table)
+    for wrong in (1, 5, -1):
+        with pytest.raises(ValueError, match=f"filter_samples must be 0 .* N = 4 .*got {wrong}"):
+            filter_goals(table, dataclasses.replace(varying, filter_samples=wrong))
+
+
 def test_keep_solved_adds_back_a_fixed_share_of_the_always_solved_goals():
     from apo_helpers.apo.vstar import VStarTable, filter_goals, vstar_table
     from apo_helpers.webshop.catalog import default_catalog

@@ -125,7 +125,7 @@ class VStarTable:
     key: str
     dropped: int = 0
     """Goals removed by the filters ``drop_unsolved``, ``keep_disagreeing``, ``keep_varying`` and ``min_options``
-    (``filter_goals``)."""
+    (``filter_goals``, judged on ``filter_samples`` of the N samples when set)."""
     loaded: bool = False
     """True when the table came from the cache."""
     seconds: float | None = None
@@ -253,27 +253,42 @@ def filter_goals(result: VStarTable, config: APOConfig) -> VStarTable:
     """Drop the goals the config's filters exclude: ``drop_unsolved`` (no sample scored above 0),
     ``keep_disagreeing`` (not both a success and a failure among the N samples), ``keep_varying`` (all N rewards
     equal), except the share ``keep_solved`` of the goals every sample solved, and ``min_options`` (fewer options
-    asked); ``dropped`` counts them."""
+    asked); ``dropped`` counts them. With ``filter_samples`` = k the first four look at the first k samples only."""
     table = result.table
+    judged = _judged_rewards(table, config.filter_samples)
+    successes = (judged.map(lambda r: sum(x >= 1.0 for x in r)) if config.filter_samples  # vstar_table's rule
+                 else table["successes"])
     keep = pd.Series(True, index=table.index)
     if config.drop_unsolved:
-        keep &= table["max"] > 0
+        keep &= judged.map(max) > 0
     if config.keep_disagreeing:
-        keep &= (table["successes"] > 0) & (table["successes"] < table["rewards"].map(len))
+        keep &= (successes > 0) & (successes < judged.map(len))
     if config.keep_varying:
-        keep &= table["rewards"].map(lambda r: max(r) > min(r))
+        keep &= judged.map(lambda r: max(r) > min(r))
     if config.keep_solved:
-        keep |= _share_of_solved(table, config.keep_solved)
+        keep |= _share_of_solved(successes == judged.map(len), config.keep_solved)
     if config.min_options:
         options = [len(goal.options) for goal in result.goals()]
         keep &= pd.Series(options, index=table.index) >= config.min_options
     return dataclasses.replace(result, table=table[keep].reset_index(drop=True), dropped=int((~keep).sum()))
 
 
-def _share_of_solved(table: pd.DataFrame, share: float) -> pd.Series:
-    """A fixed draw of ``share`` of the goals whose N samples all succeeded (``APOConfig.keep_solved``)."""
+def _judged_rewards(table: pd.DataFrame, samples: int) -> pd.Series:
+    """Each goal's rewards the filters look at: all N, or the first ``samples`` (``APOConfig.filter_samples``)."""
+    if not samples:
+        return table["rewards"]
+    drawn = int(table["rewards"].map(len).min()) if len(table) else samples
+    if not 2 <= samples <= drawn:
+        raise ValueError(f"filter_samples must be 0 (all) or between 2 and the N = {drawn} samples stage 1 drew per "
+                         f"goal; got {samples}")
+    return table["rewards"].map(lambda r: r[:samples])
+
+
+def _share_of_solved(solved: pd.Series, share: float) -> pd.Series:
+    """A fixed draw of ``share`` of the goals whose samples all succeeded, marked in ``solved``
+    (``APOConfig.keep_solved``)."""
     if not 0 <= share <= 1:
         raise ValueError(f"keep_solved is a share of the always-solved goals, between 0 and 1; got {share}")
-    solved = table.index[table["successes"] == table["rewards"].map(len)]
-    chosen = np.random.default_rng(0).permutation(len(solved))[: round(share * len(solved))]
-    return pd.Series(table.index.isin(solved[chosen]), index=table.index)
+    indices = solved.index[solved]
+    chosen = np.random.default_rng(0).permutation(len(indices))[: round(share * len(indices))]
+    return pd.Series(solved.index.isin(indices[chosen]), index=solved.index)
