@@ -2369,7 +2369,7 @@ else:
 # Every target r − V* leans on stage 1's estimate. V* of a goal comes from N = 8 samples of π_ref, and the goal
 # keeps that value for the whole run: a goal whose samples happened to score high is pushed down each time it is
 # drawn, one whose samples scored low is pushed up. Sixteen samples per goal halve the variance of that estimate, at
-# twice stage 1's cost. Both rounds below start from one more 2.3M π_ref: the first 2.3M π_ref's `train-ref`
+# twice stage 1's cost. The rounds below start from one more 2.3M π_ref: the first 2.3M π_ref's `train-ref`
 # command run again, on an Intel Xeon where the first ran on an AMD EPYC (the README's Development section: the
 # processor's vector kernels make it another policy), kept as its own folder; then the held recipe with N = 8 and
 # with N = 16, three seeds each, at most four side by side with one thread each (six such trainers ran out of
@@ -2384,13 +2384,15 @@ else:
 #     --out runs/apo_sloppy_h192_xeon_gsvk1024_b03_class --name apo_sloppy_h192_xeon_gsvk1024_b03 --save
 # #   the same with vstar_samples=16 added to --set: --out runs/apo_sloppy_h192_xeon_gsvk1024_b03_n16_class
 # #   --name apo_sloppy_h192_xeon_gsvk1024_b03_n16
+# #   and with vstar_samples=16 filter_samples=8 (the same cached samples, goals kept by their first eight):
+# #   --out runs/apo_sloppy_h192_xeon_gsvk1024_b03_n16f8_class --name apo_sloppy_h192_xeon_gsvk1024_b03_n16f8
 # python -m apo_helpers outcomes --profile class --run runs/apo_sloppy_h192_xeon_gsvk1024_b03_class \
 #     runs/apo_sloppy_h192_xeon_gsvk1024_b03_n16_class --save
 # ```
 #
-# Notebook 07 shows both runs against this π_ref (section 1's table: `apo_sloppy_h192_xeon_gsvk1024_b03` and
-# `apo_sloppy_h192_xeon_gsvk1024_b03_n16`) and the paired interval of N = 16 against N = 8 on the same test goals
-# (section 3's comparisons); the stage-1 seconds and goals kept are in their seeds tables (`vstar_seconds`,
+# Notebook 07 shows the runs against this π_ref (section 1's table: `apo_sloppy_h192_xeon_gsvk1024_b03`,
+# `apo_sloppy_h192_xeon_gsvk1024_b03_n16` and `_n16f8`) and the paired intervals between them on the same test
+# goals (section 3's comparisons); the stage-1 seconds and goals kept are in their seeds tables (`vstar_seconds`,
 # `vstar_goals`).
 
 # %% [markdown]
@@ -2398,9 +2400,13 @@ else:
 # interval (notebook 07 section 3) against the same π_ref's eight-sample round lies below zero or touches it, and
 # the seeds click an option on fewer of the goals that ask for some (their seeds tables' `test_option_clicked`). Notebook 03 section 4 shows how V*'s spread shrinks with N; that spread is
 # not what holds the gain down here. Stage 1 with more samples also keeps more goals, those whose rewards vary only
-# in a larger sample, on which π_ref seldom errs or seldom succeeds; one reading, which this run does not separate
-# from the sharper V*, is that they dilute the batches that teach the option habit. From this π_ref the held recipe
-# itself gains the least of the four 2.3M π_refs (the README's ref-spread table).
+# in a larger sample, on which π_ref seldom errs or seldom succeeds. The third round separates the two: V* from the
+# same sixteen samples, but the goals chosen by the eight-sample rule applied to each goal's first eight
+# (`filter_samples=8`, so the practised set is about the N = 8 round's in size and kind). It ends about where N = 8
+# ends and above N = 16 with all its goals (notebook 07 section 3's paired intervals), and its seeds click an option
+# as often as the N = 8 seeds: the sharper V* changes little either way, and the goals the larger sample adds dilute
+# the batches that teach the option habit. From this π_ref the held recipe itself gains the least of the four 2.3M
+# π_refs (the README's ref-spread table).
 
 # %% [markdown]
 # ### Re-anchoring from the Xeon π_ref
@@ -2793,7 +2799,9 @@ else:
 # - Paying successes double (`success_bonus=1`, section 8), so that a success stands further above a purchase with a
 #   wrong option value, leaves the first, second and third rounds where WebShop's graded reward leaves them.
 # - A more precise V* (`vstar_samples=16`, section 8) does not help either: from a fourth 2.3M π_ref, the first's
-#   command run again on another processor, sixteen samples per goal end below eight.
+#   command run again on another processor, sixteen samples per goal end below eight, and about level with eight
+#   when the goals are chosen from eight of the sixteen (`filter_samples=8`): the goals a larger N adds cost the
+#   gain, the sharper V* buys none.
 # - From that fourth π_ref, one re-anchored round of 60 iterations lifts every seed again (section 8), less than
 #   from the first π_ref, and a second round adds nothing more: re-anchoring repeats as a step, levels off one
 #   round sooner, and stays short of the target.

@@ -258,6 +258,9 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
                                             f"more each, the last with successes paid double (success_bonus=1)"),
     "apo_sloppy_h192_xeon_gsvk1024_b03_n16": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
                                               f"{HELD}, V* from 16 samples per goal"),
+    "apo_sloppy_h192_xeon_gsvk1024_b03_n16f8": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
+                                                f"{HELD}, V* from 16 samples per goal, goals kept by their first 8 "
+                                                f"(filter_samples=8)"),
     "apo_sloppy_h192_xeon_gsvk1024_b03_r2": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
                                              f"{HELD}, 60 iterations, re-anchored once on each seed's policy, 60 more"),
     "apo_sloppy_h192_xeon_gsvk1024_b03_r3": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
@@ -491,8 +494,8 @@ gains.round(3)
 # putting back the goals π_ref always solves (`keep_solved`, notebook 04 section 8) change the third round, do
 # a decaying learning rate (`lr_decay`) or a moving average of the weights (`ema`) in that round, and does paying
 # successes double (`success_bonus`) change the first round or the third? And from the π_ref retrained on an Intel
-# Xeon, does V* from 16 samples per goal change the first round, and does re-anchoring add to it, and then to
-# itself, what it added from the first π_ref?
+# Xeon, does V* from 16 samples per goal change the first round, with the goals those samples keep and with the
+# goals eight of them keep, and does re-anchoring add to it, and then to itself, what it added from the first π_ref?
 
 # %%
 if not gains.empty:
@@ -502,7 +505,8 @@ if not gains.empty:
              (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3"),
              (f"{held}_r3_ema95_it120", f"{held}_r3_ema95"), (f"{held}_sb1", held), (f"{held}_sb1_r2", f"{held}_r2"),
              (f"{held}_r3_sb1", f"{held}_r3"),
-             (f"{xeon}_n16", xeon), (f"{xeon}_r2", xeon), (f"{xeon}_r3", f"{xeon}_r2")]
+             (f"{xeon}_n16", xeon), (f"{xeon}_n16f8", xeon), (f"{xeon}_n16f8", f"{xeon}_n16"),
+             (f"{xeon}_r2", xeon), (f"{xeon}_r3", f"{xeon}_r2")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     best = gains.iloc[0]
