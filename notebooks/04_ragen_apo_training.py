@@ -2386,12 +2386,14 @@ else:
 # #   --name apo_sloppy_h192_xeon_gsvk1024_b03_n16
 # #   and with vstar_samples=16 filter_samples=8 (the same cached samples, goals kept by their first eight):
 # #   --out runs/apo_sloppy_h192_xeon_gsvk1024_b03_n16f8_class --name apo_sloppy_h192_xeon_gsvk1024_b03_n16f8
+# #   and N = 8 with min_options=1 (only the goals that ask for an option):
+# #   --out runs/apo_sloppy_h192_xeon_gsvk1024_b03_opt1_class --name apo_sloppy_h192_xeon_gsvk1024_b03_opt1
 # python -m apo_helpers outcomes --profile class --run runs/apo_sloppy_h192_xeon_gsvk1024_b03_class \
 #     runs/apo_sloppy_h192_xeon_gsvk1024_b03_n16_class --save
 # ```
 #
 # Notebook 07 shows the runs against this π_ref (section 1's table: `apo_sloppy_h192_xeon_gsvk1024_b03`,
-# `apo_sloppy_h192_xeon_gsvk1024_b03_n16` and `_n16f8`) and the paired intervals between them on the same test
+# `apo_sloppy_h192_xeon_gsvk1024_b03_n16`, `_n16f8` and `_opt1`) and the paired intervals between them on the same test
 # goals (section 3's comparisons); the stage-1 seconds and goals kept are in their seeds tables (`vstar_seconds`,
 # `vstar_goals`).
 
@@ -2405,7 +2407,9 @@ else:
 # (`filter_samples=8`, so the practised set is about the N = 8 round's in size and kind). It ends about where N = 8
 # ends and above N = 16 with all its goals (notebook 07 section 3's paired intervals), and its seeds click an option
 # as often as the N = 8 seeds: the sharper V* changes little either way, and the goals the larger sample adds dilute
-# the batches that teach the option habit. From this π_ref the held recipe itself gains the least of the four 2.3M
+# the batches that teach the option habit. The reverse does not add: practising only the goals that ask for an
+# option (`min_options=1`: the eight-sample goals that ask for none left out) ends where every varying goal ends,
+# its seeds clicking an option about as often. From this π_ref the held recipe itself gains the least of the four 2.3M
 # π_refs (the README's ref-spread table).
 
 # %% [markdown]
