@@ -147,7 +147,12 @@ def vstar_table(goals: list[Goal], rewards: list[list[float]], beta1: float) -> 
     """The per-goal table from the sampled rewards."""
     return pd.DataFrame([{"split": g.split, "goal_index": g.index, "rewards": [round(float(x), 6) for x in r],
                           "vstar": optimal_value(r, beta1), "mean": float(np.mean(r)), "max": float(np.max(r)),
-                          "successes": int(sum(x >= 1.0 for x in r))} for g, r in zip(goals, rewards)])
+                          "successes": count_successes(r)} for g, r in zip(goals, rewards)])
+
+
+def count_successes(rewards) -> int:
+    """How many of a goal's sampled rewards are successes (a full reward of 1)."""
+    return int(sum(x >= 1.0 for x in rewards))
 
 
 def greedy_pages(config: APOConfig) -> tuple[str, ...]:
@@ -256,8 +261,7 @@ def filter_goals(result: VStarTable, config: APOConfig) -> VStarTable:
     asked); ``dropped`` counts them. With ``filter_samples`` = k the first four look at the first k samples only."""
     table = result.table
     judged = _judged_rewards(table, config.filter_samples)
-    successes = (judged.map(lambda r: sum(x >= 1.0 for x in r)) if config.filter_samples  # vstar_table's rule
-                 else table["successes"])
+    successes = judged.map(count_successes) if config.filter_samples else table["successes"]
     keep = pd.Series(True, index=table.index)
     if config.drop_unsolved:
         keep &= judged.map(max) > 0
