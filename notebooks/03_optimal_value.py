@@ -74,8 +74,9 @@ print({b: round(optimal_value(rewards, b), 4) for b in (0.01, 0.1, 0.5, 2.0, 30.
 # the same r that stage 2 optimises). The goals are train goals that the demonstrations did **not** use: π_ref has
 # memorised its demonstration goals, and RL on them would teach it little that carries over.
 #
-# The table is cached under a key made of π_ref's weights hash, N, β₁, the temperature, the goals and the seed:
-# a second call loads it. The cache also records how long the sampling took.
+# The table is cached under a key made of π_ref's weights hash, N, the temperature, the goals and the seed, all
+# that the samples depend on: a second call loads it. V* is recomputed from the cached rewards whenever β₁ differs,
+# so another β₁ needs no new samples. The cache also records how long the sampling took.
 
 # %%
 ref_model, tokenizer = load_or_train_reference(profile)

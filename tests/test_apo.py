@@ -247,12 +247,13 @@ def test_cli_train_ref_no_eval_saves_pi_ref_without_evaluating_it(tmp_path, monk
     assert not {"val", "test"} & set(metrics)
 
 
-def test_cache_key_depends_on_what_changes_vstar(models):
+def test_cache_key_depends_on_what_changes_the_samples(models):
     _, ref_model, _ = models
     goals = stage1_goals(P)
     base = cache_key(weights_hash(ref_model), goals, P.apo, 0)
     assert base == cache_key(weights_hash(ref_model), goals, P.apo, 0)
-    assert base != cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, beta1=1.0), 0)
+    # beta1 shapes V*, not the samples: every beta1 reads the same cached rewards
+    assert base == cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, beta1=1.0), 0)
     assert base != cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, vstar_samples=4), 0)
     assert base != cache_key(weights_hash(ref_model), goals[:-1], P.apo, 0)
     assert base != cache_key("another model", goals, P.apo, 0)
@@ -335,6 +336,24 @@ def test_success_bonus_recomputes_vstar_from_the_cached_samples(models, monkeypa
     assert shaped.table["vstar"][0] == pytest.approx(optimal_value([1.0, 0.4], P.apo.beta1))
     assert shaped.table["vstar"][1] == pytest.approx(optimal_value([0.4, 0.3], P.apo.beta1))
     assert load_vstar(tmp_path / plain.key).table["rewards"][0] == [1.0, 0.8]  # the cache keeps the samples
+
+
+def test_another_beta1_recomputes_vstar_from_the_cached_samples(models, monkeypatch, tmp_path):
+    _, ref_model, tokenizer = models
+    fake = [[1.0, 0.5], [0.8, 0.6]] + [[0.5, 0.2]] * (P.apo.vstar_goals - 2)
+    monkeypatch.setattr("apo_helpers.apo.vstar.sample_rewards", lambda *a, **k: (fake, []))
+    sharp = dataclasses.replace(P, apo=dataclasses.replace(P.apo, beta1=0.03))
+    first = stage1(ref_model, tokenizer, sharp, tmp_path, progress=False)  # sampled for beta1 = 0.03
+    assert first.beta1 == 0.03 and first.table["vstar"][0] == pytest.approx(optimal_value([1.0, 0.5], 0.03))
+    monkeypatch.setattr("apo_helpers.apo.vstar.sample_rewards", lambda *a, **k: pytest.fail("the cache was not used"))
+    for beta1 in (0.03, 0.5, 2.0):
+        profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, beta1=beta1))
+        result = stage1(ref_model, tokenizer, profile, tmp_path, progress=False)
+        assert result.loaded and result.key == first.key and result.beta1 == beta1
+        assert result.table["vstar"].tolist() == pytest.approx([optimal_value(r, beta1) for r in fake])
+    # a small beta1 sits near the best sample, a large one near the mean
+    assert first.table["vstar"][0] > 0.97 and result.table["vstar"][0] == pytest.approx(0.75, abs=0.02)
+    assert load_vstar(tmp_path / first.key).beta1 == 0.03  # the file keeps the V* it was sampled for
 
 
 def test_objective_inputs_train_on_the_bonus_reward_and_ppo_refuses_it(ref_dir, models, demos, vstar):

@@ -6,10 +6,10 @@ a soft maximum of the N sampled rewards: beta1 -> 0 gives the max, large beta1 t
 log-sum-exp trick so small beta1 does not overflow.
 
 ``stage1`` samples N episodes of the frozen pi_ref per goal (one batched rollout over all of them), and caches the
-table on disk under a key made of pi_ref's weights hash, N, beta1, the temperature and the goals: a second call with
-the same key loads instead of sampling. The cache holds every goal; the optional filters (``drop_unsolved``,
-``keep_disagreeing``, ``keep_varying``) and the reward's ``success_bonus`` are applied after it, so changing them
-never needs new samples.
+table on disk under a key made of pi_ref's weights hash, N, the temperature and the goals: a second call with the
+same key loads instead of sampling. The cache holds every goal's sampled rewards; V* for the config's beta1, the
+optional filters (``drop_unsolved``, ``keep_disagreeing``, ``keep_varying``) and the reward's ``success_bonus`` are
+computed after it, so changing them never needs new samples.
 """
 
 from __future__ import annotations
@@ -56,14 +56,15 @@ def training_reward(reward: float, success_bonus: float = 0.0) -> float:
     return (reward + success_bonus * float(reward >= 1.0)) / (1.0 + success_bonus)
 
 
-def with_success_bonus(result: "VStarTable", config: APOConfig) -> "VStarTable":
-    """The table with its rewards read through ``training_reward`` and V*, mean and max recomputed from them
-    (unchanged when ``config.success_bonus`` is 0): the cache keeps the sampled rewards, so any bonus reuses it."""
-    if not config.success_bonus:
+def rescored(result: "VStarTable", config: APOConfig) -> "VStarTable":
+    """The table with its rewards read through ``training_reward`` and V*, mean and max recomputed from them with
+    ``config.beta1`` (unchanged when there is no ``success_bonus`` and the table's V* already used that beta1): the
+    cache keeps the sampled rewards, which depend on neither, so any bonus and any beta1 reuse it."""
+    if not config.success_bonus and result.beta1 == config.beta1:
         return result
     rewards = [[training_reward(r, config.success_bonus) for r in row] for row in result.table["rewards"]]
     table = vstar_table(result.goals(), rewards, config.beta1)
-    return dataclasses.replace(result, table=table)
+    return dataclasses.replace(result, table=table, beta1=config.beta1)
 
 
 def weights_hash(model) -> str:
@@ -91,13 +92,18 @@ def stage1_goals(profile: Profile, seed: int = 0, catalog: Catalog | None = None
     return goals[skip: skip + profile.apo.vstar_goals]
 
 
+CACHED_BETA1 = 0.5
+"""The beta1 written into every cache key (the paper's, which every key held before V* was recomputed on load)."""
+
+
 def cache_key(ref_hash: str, goals: list[Goal], config: APOConfig, seed: int,
               show_selected_options: bool = False) -> str:
-    """What the V* table depends on: pi_ref's weights, the goals, N, beta1, the temperature, the seed, the pages'
+    """What the sampled rewards depend on: pi_ref's weights, the goals, N, the temperature, the seed, the pages'
     rendering, which pages are answered greedily and the exploration rate (the last three only when they differ from
-    the default, so earlier keys stay valid)."""
+    the default, so earlier keys stay valid). Not beta1: V* is recomputed from the rewards for any beta1
+    (``rescored``); the key keeps ``CACHED_BETA1`` in its place, so the keys of tables cached before stay valid."""
     spec = {"ref": ref_hash, "goals": [[g.split, g.index] for g in goals], "N": config.vstar_samples,
-            "beta1": config.beta1, "temperature": config.vstar_temperature, "seed": seed}
+            "beta1": CACHED_BETA1, "temperature": config.vstar_temperature, "seed": seed}
     if show_selected_options:
         spec["show_selected_options"] = True
     if config.greedy_search:
@@ -130,6 +136,8 @@ class VStarTable:
     """True when the table came from the cache."""
     seconds: float | None = None
     """Seconds stage 1 spent sampling (read back from the cache's meta.json; None when unknown)."""
+    beta1: float = CACHED_BETA1
+    """The beta1 the ``vstar`` column was computed with (the cache's meta.json says which)."""
 
     def goals(self, catalog: Catalog | None = None) -> list[Goal]:
         catalog = catalog or default_catalog()
@@ -229,7 +237,8 @@ def load_vstar(directory) -> VStarTable:
         raise DataFileError(f"{directory}: not a V* table ({e})") from None
     if table["vstar"].isna().any():
         raise DataFileError(f"{path}: empty V* values")
-    return VStarTable(table, meta["key"], meta.get("dropped", 0), loaded=True, seconds=meta.get("seconds"))
+    return VStarTable(table, meta["key"], meta.get("dropped", 0), loaded=True, seconds=meta.get("seconds"),
+                      beta1=meta.get("beta1", CACHED_BETA1))
 
 
 def stage1(model, tokenizer, profile: Profile, cache_dir=None, goals: list[Goal] | None = None, seed: int | None = None,
@@ -241,17 +250,18 @@ def stage1(model, tokenizer, profile: Profile, cache_dir=None, goals: list[Goal]
     key = cache_key(weights_hash(model), goals, config, seed, profile.policy.show_selected_options)
     folder = Path(cache_dir) / key if cache_dir is not None else None
     if folder is not None and (folder / "vstar.csv").exists():
-        return filter_goals(with_success_bonus(load_vstar(folder), config), config)
+        return filter_goals(rescored(load_vstar(folder), config), config)
     seed_everything(seed)
     start = time.perf_counter()
     rewards, _ = sample_rewards(model, tokenizer, goals, config.vstar_samples, profile, config.vstar_temperature,
                                 progress)
-    result = VStarTable(vstar_table(goals, rewards, config.beta1), key, seconds=round(time.perf_counter() - start, 1))
+    result = VStarTable(vstar_table(goals, rewards, config.beta1), key, seconds=round(time.perf_counter() - start, 1),
+                        beta1=config.beta1)
     if folder is not None:  # the cache holds every goal's sampled rewards: the filters and the bonus apply after it
         save_vstar(result, folder, {"seconds": result.seconds, "N": config.vstar_samples, "beta1": config.beta1,
                                     "goals": len(goals),
                                     "temperature": config.vstar_temperature, "seed": seed, "profile": profile.name})
-    return filter_goals(with_success_bonus(result, config), config)
+    return filter_goals(rescored(result, config), config)
 
 
 def filter_goals(result: VStarTable, config: APOConfig) -> VStarTable:
