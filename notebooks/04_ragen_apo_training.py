@@ -2438,7 +2438,9 @@ else:
 # goals in section 3. The consistent β₁ ends lowest, and its seeds gain about as many of the goals π_ref fails as
 # the paper's β₁ does but lose several times as many of the goals it solves (section 3's goals gained and lost per
 # seed): pushing down every sample that falls short of its goal's best pushes down each decision in it, the right
-# ones too, since a trajectory's log-ratio is one sum over its turns. β₁ = 0.1 ends level with 0.5. The paper's
+# ones too, since a trajectory's log-ratio is one sum over its turns. β₁ = 0.1 ends level with 0.5, in the first
+# round and in the Xeon chain's second re-anchored round (the same `train` from `_r2`'s seeds with `beta1=0.1`,
+# `--out runs/apo_sloppy_h192_xeon_gsvk1024_b03_r3_v01_class`, paired with `_r3` in notebook 07). The paper's
 # decoupled β₁ is the right choice here; a softer one has nowhere to go, since V* at 0.5 is already almost the mean.
 
 # %% [markdown]

@@ -267,6 +267,9 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
                                                f"{HELD}, V*'s soft maximum at beta1 = beta2 = 0.03"),
     "apo_sloppy_h192_xeon_gsvk1024_b03_v01": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
                                               f"{HELD}, V*'s soft maximum at beta1 = 0.1"),
+    "apo_sloppy_h192_xeon_gsvk1024_b03_r3_v01": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
+                                                 f"{HELD}, 60 iterations, re-anchored twice on each seed's policy, 60 "
+                                                 f"more each, the last with V*'s soft maximum at beta1 = 0.1"),
     "apo_sloppy_h192_xeon_gsvk1024_b03_r2": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
                                              f"{HELD}, 60 iterations, re-anchored once on each seed's policy, 60 more"),
     "apo_sloppy_h192_xeon_gsvk1024_b03_r3": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
@@ -502,8 +505,8 @@ gains.round(3)
 # successes double (`success_bonus`) change the first round or the third? And from the π_ref retrained on an Intel
 # Xeon, does V* from 16 samples per goal change the first round, with the goals those samples keep and with the
 # goals eight of them keep, does practising only the goals that ask for an option change it, does V*'s soft maximum
-# taken nearer the best sample (β₁ = 0.1, and β₁ = β₂ = 0.03) change it, and does re-anchoring add to it, and then
-# to itself, what it added from the first π_ref?
+# taken nearer the best sample (β₁ = 0.1, and β₁ = β₂ = 0.03) change it, does re-anchoring add to it, and then
+# to itself, what it added from the first π_ref, and does β₁ = 0.1 change the second re-anchored round?
 
 # %%
 if not gains.empty:
@@ -515,7 +518,8 @@ if not gains.empty:
              (f"{held}_r3_sb1", f"{held}_r3"),
              (f"{xeon}_n16", xeon), (f"{xeon}_n16f8", xeon), (f"{xeon}_n16f8", f"{xeon}_n16"), (f"{xeon}_opt1", xeon),
              (f"{xeon}_v003", xeon), (f"{xeon}_v01", xeon), (f"{xeon}_v003", f"{xeon}_v01"),
-             (f"{xeon}_r2", xeon), (f"{xeon}_r3", f"{xeon}_r2")]
+             (f"{xeon}_r2", xeon), (f"{xeon}_r3", f"{xeon}_r2"),
+             (f"{xeon}_r3_v01", f"{xeon}_r3")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     best = gains.iloc[0]
