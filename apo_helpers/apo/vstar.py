@@ -257,8 +257,8 @@ def stage1(model, tokenizer, profile: Profile, cache_dir=None, goals: list[Goal]
                                 progress)
     result = VStarTable(vstar_table(goals, rewards, config.beta1), key, seconds=round(time.perf_counter() - start, 1),
                         beta1=config.beta1)
-    if folder is not None:  # the cache holds every goal's sampled rewards: the filters and the bonus apply after it
-        save_vstar(result, folder, {"seconds": result.seconds, "N": config.vstar_samples, "beta1": config.beta1,
+    if folder is not None:  # the cache holds the sampled rewards: beta1, the bonus and the filters apply after it
+        save_vstar(result, folder, {"seconds": result.seconds, "N": config.vstar_samples, "beta1": result.beta1,
                                     "goals": len(goals),
                                     "temperature": config.vstar_temperature, "seed": seed, "profile": profile.name})
     return filter_goals(rescored(result, config), config)
