@@ -231,7 +231,7 @@ def cmd_vstar(args) -> int:
         return None if table.empty else round(float(value), 4)
 
     summary = {"key": result.key, "folder": str(Path(args.out) / result.key), "loaded_from_cache": result.loaded,
-               "goals": len(table), "dropped_unsolved": result.dropped, "N": profile.apo.vstar_samples,
+               "goals": len(table), "dropped_by_filters": result.dropped, "N": profile.apo.vstar_samples,
                "beta1": profile.apo.beta1, "mean_vstar": number(table["vstar"].mean()),
                "mean_reward": number(table["mean"].mean()),
                "sample_success": number(table["successes"].mean() / profile.apo.vstar_samples),

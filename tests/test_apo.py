@@ -704,6 +704,7 @@ def test_cli_vstar_reports_a_table_its_filters_emptied(ref_dir, tmp_path, capsys
     captured = capsys.readouterr()
     summary = json.loads(captured.out)  # json.loads accepts NaN; the check below is what refuses it
     assert summary["goals"] == 0 and summary["mean_vstar"] is None and summary["sample_success"] is None
+    assert summary["dropped_by_filters"] == 3  # every filter's drops, not only the unsolved goals'
     assert "NaN" not in captured.out and "no goal of the 3" in captured.err
 
 
