@@ -2482,6 +2482,38 @@ else:
 # gain, and the ref-spread table's row for twice re-anchored rounds sets the two lineages side by side.
 
 # %% [markdown]
+# ### β₂ and the goals practised, from the Xeon π_ref
+#
+# Re-anchoring lets a seed move further from its first π_ref one round at a time; a smaller β₂ lets it move further
+# within a round, since the regression then asks for log-ratios of (r − V*)/β₂. From the 1.1M π_ref, before the
+# search turn was held, β₂ below 0.03 bought nothing ("β₂ where there is something to learn" above). The held
+# recipe from the Xeon π_ref at β₂ = 0.01 and 0.003, and at β₂ = 0.03 on the goals whose samples disagree
+# (`keep_disagreeing`, the filter of section 6) instead of those whose rewards vary; the cached N = 8 samples serve
+# all three (β₂ and the filters are not in the cache key):
+#
+# ```
+# python -m apo_helpers train --profile class --seeds 0 1 2 --iterations 60 \
+#     --ref runs/pi_ref_class_skip_options_0.5_hidden_size_192_intermediate_size_576_xeon \
+#     --set vstar_goals=1024 keep_varying=True greedy_search=True greedy_kl=0.01 beta2=0.01 \
+#     --out runs/apo_sloppy_h192_xeon_gsvk1024_b01_class --name apo_sloppy_h192_xeon_gsvk1024_b01 --save
+# #   beta2=0.003: --out runs/apo_sloppy_h192_xeon_gsvk1024_b003_class --name apo_sloppy_h192_xeon_gsvk1024_b003
+# #   keep_disagreeing=True in place of keep_varying=True (beta2=0.03):
+# #   --out runs/apo_sloppy_h192_xeon_gsdk1024_b03_class --name apo_sloppy_h192_xeon_gsdk1024_b03
+# python -m apo_helpers outcomes --profile class --run runs/apo_sloppy_h192_xeon_gsvk1024_b01_class \
+#     runs/apo_sloppy_h192_xeon_gsvk1024_b003_class runs/apo_sloppy_h192_xeon_gsdk1024_b03_class --save
+# ```
+#
+# **What this says.** Notebook 07 shows the three runs in section 1's table and pairs each with the held recipe
+# (β₂ = 0.03, varying goals) on the same test goals in section 3. At β₂ = 0.01 every seed ends above every seed of
+# the held round and level with the twice re-anchored round from this π_ref, with as many options clicked and
+# values right as that round (the seeds tables' `test_option_clicked` and `test_options_right`), and a larger KL
+# to π_ref in its history: one round at the smaller β₂ travels as far as two re-anchorings at the larger, without a
+# new stage 1, and stops where they stop. At β₂ = 0.003 the round ends a little higher again, level with the
+# re-anchored round within the paired interval: with the search turn held, a smaller β₂ buys distance per round,
+# unlike from the 1.1M π_ref before the search was held, and none of it reaches the target.
+# The disagreeing goals, fewer than half of the varying ones, end level with them, as they did from the 1.1M π_ref.
+
+# %% [markdown]
 # ### How much the demonstrator leaves out
 #
 # Every sloppy π_ref above imitated a demonstrator that ignores the options in half of its episodes. That share
@@ -2843,3 +2875,5 @@ else:
 # - From that fourth π_ref, one re-anchored round of 60 iterations lifts every seed again (section 8), less than
 #   from the first π_ref, and a second round adds nothing more: re-anchoring repeats as a step, levels off one
 #   round sooner, and stays short of the target.
+# - From that π_ref too, a smaller β₂ does within one round what re-anchoring does across rounds (section 8, "β₂ and
+#   the goals practised"): at β₂ = 0.01 the first round ends where the twice re-anchored one ended, and no further.

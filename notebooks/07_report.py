@@ -267,6 +267,15 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
                                                f"{HELD}, V*'s soft maximum at beta1 = beta2 = 0.03"),
     "apo_sloppy_h192_xeon_gsvk1024_b03_v01": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
                                               f"{HELD}, V*'s soft maximum at beta1 = 0.1"),
+    "apo_sloppy_h192_xeon_gsvk1024_b01": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
+                                          f"{HELD}, beta2 0.01"),
+    "apo_sloppy_h192_xeon_gsvk1024_b003": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
+                                           f"{HELD}, beta2 0.003"),
+    "apo_sloppy_h192_xeon_gsvk1024_b001": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
+                                           f"{HELD}, beta2 0.001 (the paper's)"),
+    "apo_sloppy_h192_xeon_gsdk1024_b03": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
+                                          f"{HELD}, the goals whose samples disagree (keep_disagreeing) in place of "
+                                          f"those whose rewards vary"),
     "apo_sloppy_h192_xeon_gsvk1024_b03_r3_v01": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
                                                  f"{HELD}, 60 iterations, re-anchored twice on each seed's policy, 60 "
                                                  f"more each, the last with V*'s soft maximum at beta1 = 0.1"),
@@ -506,7 +515,10 @@ gains.round(3)
 # Xeon, does V* from 16 samples per goal change the first round, with the goals those samples keep and with the
 # goals eight of them keep, does practising only the goals that ask for an option change it, does V*'s soft maximum
 # taken nearer the best sample (β₁ = 0.1, and β₁ = β₂ = 0.03) change it, does re-anchoring add to it, and then
-# to itself, what it added from the first π_ref, and does β₁ = 0.1 change the second re-anchored round?
+# to itself, what it added from the first π_ref, and does β₁ = 0.1 change the second re-anchored round? Last, do
+# β₂ = 0.01 and the goals whose samples disagree (`keep_disagreeing`), measured before from the 1.1M π_ref, change the
+# first round from this one, does β₂ below 0.01 add to it, and how does one round at β₂ = 0.003 compare with the
+# twice re-anchored round?
 
 # %%
 if not gains.empty:
@@ -519,7 +531,11 @@ if not gains.empty:
              (f"{xeon}_n16", xeon), (f"{xeon}_n16f8", xeon), (f"{xeon}_n16f8", f"{xeon}_n16"), (f"{xeon}_opt1", xeon),
              (f"{xeon}_v003", xeon), (f"{xeon}_v01", xeon), (f"{xeon}_v003", f"{xeon}_v01"),
              (f"{xeon}_r2", xeon), (f"{xeon}_r3", f"{xeon}_r2"),
-             (f"{xeon}_r3_v01", f"{xeon}_r3")]
+             (f"{xeon}_r3_v01", f"{xeon}_r3"),
+             ("apo_sloppy_h192_xeon_gsvk1024_b01", xeon), ("apo_sloppy_h192_xeon_gsdk1024_b03", xeon),
+             ("apo_sloppy_h192_xeon_gsvk1024_b003", "apo_sloppy_h192_xeon_gsvk1024_b01"),
+             ("apo_sloppy_h192_xeon_gsvk1024_b001", "apo_sloppy_h192_xeon_gsvk1024_b003"),
+             ("apo_sloppy_h192_xeon_gsvk1024_b003", f"{xeon}_r3")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     best = gains.iloc[0]
