@@ -137,6 +137,7 @@ for count, table in demo_tables.items():  # pi_refs from fewer demonstrations of
                           f"(notebook 02's sweep, retrained for notebook 04)"))
     rows.append(seeds_row(f"apo (from pi_ref of {count} demonstrations, greedy search, disagreeing goals)", runs))
 HELD = "greedy search held by its distributions' KL (weight 0.01)"  # APOConfig.greedy_kl
+XEON = "options ignored, 2.3M-parameter model, retrained on an Intel Xeon"  # the pi_ref many runs below share
 DRAWN = "option values drawn on 30% of the item-page turns (explore_options 0.3)"
 PRODUCTS = "products drawn on 30% of the results-page turns (explore_results 0.3)"
 OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_ref imitated[, the recipe if another])
@@ -170,7 +171,7 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
                                            "that ignore the options half the time by a tiny Llama of hidden size 192 "
                                            "from other initial weights and batch order (`train-ref --model "
                                            "hidden_size=192 intermediate_size=576 --seed 2`)", HELD),
-    "apo_sloppy_h192_xeon_gsvk1024_b03": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
+    "apo_sloppy_h192_xeon_gsvk1024_b03": (XEON,
                                           "the demonstrations that ignore the options half the time by a tiny Llama "
                                           "of hidden size 192, the first such pi_ref's command run again on another "
                                           "processor (`train-ref --model hidden_size=192 intermediate_size=576`)",
@@ -256,32 +257,25 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_h192_gsvk1024_b03_r3_sb1": ("options ignored, 2.3M-parameter model",
                                             f"{HELD}, 60 iterations, re-anchored twice on each seed's policy, 60 "
                                             f"more each, the last with successes paid double (success_bonus=1)"),
-    "apo_sloppy_h192_xeon_gsvk1024_b03_n16": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
-                                              f"{HELD}, V* from 16 samples per goal"),
-    "apo_sloppy_h192_xeon_gsvk1024_b03_n16f8": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
+    "apo_sloppy_h192_xeon_gsvk1024_b03_n16": (XEON, f"{HELD}, V* from 16 samples per goal"),
+    "apo_sloppy_h192_xeon_gsvk1024_b03_n16f8": (XEON,
                                                 f"{HELD}, V* from 16 samples per goal, goals kept by their first 8 "
                                                 f"(filter_samples=8)"),
-    "apo_sloppy_h192_xeon_gsvk1024_b03_opt1": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
-                                               f"{HELD}, only the goals that ask for an option (min_options=1)"),
-    "apo_sloppy_h192_xeon_gsvk1024_b03_v003": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
-                                               f"{HELD}, V*'s soft maximum at beta1 = beta2 = 0.03"),
-    "apo_sloppy_h192_xeon_gsvk1024_b03_v01": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
-                                              f"{HELD}, V*'s soft maximum at beta1 = 0.1"),
-    "apo_sloppy_h192_xeon_gsvk1024_b01": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
-                                          f"{HELD}, beta2 0.01"),
-    "apo_sloppy_h192_xeon_gsvk1024_b003": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
-                                           f"{HELD}, beta2 0.003"),
-    "apo_sloppy_h192_xeon_gsvk1024_b001": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
-                                           f"{HELD}, beta2 0.001 (the paper's)"),
-    "apo_sloppy_h192_xeon_gsdk1024_b03": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
+    "apo_sloppy_h192_xeon_gsvk1024_b03_opt1": (XEON, f"{HELD}, only the goals that ask for an option (min_options=1)"),
+    "apo_sloppy_h192_xeon_gsvk1024_b03_v003": (XEON, f"{HELD}, V*'s soft maximum at beta1 = beta2 = 0.03"),
+    "apo_sloppy_h192_xeon_gsvk1024_b03_v01": (XEON, f"{HELD}, V*'s soft maximum at beta1 = 0.1"),
+    "apo_sloppy_h192_xeon_gsvk1024_b01": (XEON, f"{HELD}, beta2 0.01"),
+    "apo_sloppy_h192_xeon_gsvk1024_b003": (XEON, f"{HELD}, beta2 0.003"),
+    "apo_sloppy_h192_xeon_gsvk1024_b001": (XEON, f"{HELD}, beta2 0.001 (the paper's)"),
+    "apo_sloppy_h192_xeon_gsdk1024_b03": (XEON,
                                           f"{HELD}, the goals whose samples disagree (keep_disagreeing) in place of "
                                           f"those whose rewards vary"),
-    "apo_sloppy_h192_xeon_gsvk1024_b03_r3_v01": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
+    "apo_sloppy_h192_xeon_gsvk1024_b03_r3_v01": (XEON,
                                                  f"{HELD}, 60 iterations, re-anchored twice on each seed's policy, 60 "
                                                  f"more each, the last with V*'s soft maximum at beta1 = 0.1"),
-    "apo_sloppy_h192_xeon_gsvk1024_b03_r2": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
+    "apo_sloppy_h192_xeon_gsvk1024_b03_r2": (XEON,
                                              f"{HELD}, 60 iterations, re-anchored once on each seed's policy, 60 more"),
-    "apo_sloppy_h192_xeon_gsvk1024_b03_r3": ("options ignored, 2.3M-parameter model, retrained on an Intel Xeon",
+    "apo_sloppy_h192_xeon_gsvk1024_b03_r3": (XEON,
                                              f"{HELD}, 60 iterations, re-anchored twice on each seed's policy, 60 "
                                              f"more each"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r2": ("options ignored, 2.3M-parameter model",
