@@ -2487,9 +2487,9 @@ else:
 # Re-anchoring lets a seed move further from its first π_ref one round at a time; a smaller β₂ lets it move further
 # within a round, since the regression then asks for log-ratios of (r − V*)/β₂. From the 1.1M π_ref, before the
 # search turn was held, β₂ below 0.03 bought nothing ("β₂ where there is something to learn" above). The held
-# recipe from the Xeon π_ref at β₂ = 0.01 and 0.003, and at β₂ = 0.03 on the goals whose samples disagree
+# recipe from the Xeon π_ref at β₂ = 0.01, 0.003 and 0.001, and at β₂ = 0.03 on the goals whose samples disagree
 # (`keep_disagreeing`, the filter of section 6) instead of those whose rewards vary; the cached N = 8 samples serve
-# all three (β₂ and the filters are not in the cache key):
+# all four (β₂ and the filters are not in the cache key):
 #
 # ```
 # python -m apo_helpers train --profile class --seeds 0 1 2 --iterations 60 \
@@ -2497,10 +2497,12 @@ else:
 #     --set vstar_goals=1024 keep_varying=True greedy_search=True greedy_kl=0.01 beta2=0.01 \
 #     --out runs/apo_sloppy_h192_xeon_gsvk1024_b01_class --name apo_sloppy_h192_xeon_gsvk1024_b01 --save
 # #   beta2=0.003: --out runs/apo_sloppy_h192_xeon_gsvk1024_b003_class --name apo_sloppy_h192_xeon_gsvk1024_b003
+# #   beta2=0.001: --out runs/apo_sloppy_h192_xeon_gsvk1024_b001_class --name apo_sloppy_h192_xeon_gsvk1024_b001
 # #   keep_disagreeing=True in place of keep_varying=True (beta2=0.03):
 # #   --out runs/apo_sloppy_h192_xeon_gsdk1024_b03_class --name apo_sloppy_h192_xeon_gsdk1024_b03
 # python -m apo_helpers outcomes --profile class --run runs/apo_sloppy_h192_xeon_gsvk1024_b01_class \
-#     runs/apo_sloppy_h192_xeon_gsvk1024_b003_class runs/apo_sloppy_h192_xeon_gsdk1024_b03_class --save
+#     runs/apo_sloppy_h192_xeon_gsvk1024_b003_class runs/apo_sloppy_h192_xeon_gsdk1024_b03_class \
+#     runs/apo_sloppy_h192_xeon_gsvk1024_b001_class --save
 # ```
 #
 # **What this says.** Notebook 07 shows the three runs in section 1's table and pairs each with the held recipe
@@ -2511,6 +2513,10 @@ else:
 # new stage 1, and stops where they stop. At β₂ = 0.003 the round ends a little higher again, level with the
 # re-anchored round within the paired interval: with the search turn held, a smaller β₂ buys distance per round,
 # unlike from the 1.1M π_ref before the search was held, and none of it reaches the target.
+# The paper's β₂ = 0.001 does not continue the trend: its seeds end below every seed at 0.003, with a KL to π_ref
+# back down to the held round's. The loss's gradient with respect to log π, 2β₂(β₂ log π/π_ref − (r − V*)), shrinks
+# with β₂ while the search turn's KL term keeps its weight; notebook 07 section 3 ("β₂ swept from one π_ref") draws
+# the four values' success, KL and gradient norm side by side.
 # The disagreeing goals, fewer than half of the varying ones, end level with them, as they did from the 1.1M π_ref.
 
 # %% [markdown]

@@ -73,3 +73,31 @@ def gain_intervals(table: pd.DataFrame, target: float | None = None, title: str 
     ax.set_title(title)
     ax.legend(loc="lower right", fontsize=8)
     return fig
+
+
+def sweep_effect(table: pd.DataFrame, setting: str = "β₂", target: float | None = None, title: str = ""):
+    """A setting swept over runs from one pi_ref (notebook 07 section 3): per value, the mean of seeds with a bar
+    from the lowest to the highest seed, on three panels: greedy test success beside pi_ref's (and, with ``target``,
+    pi_ref's plus that many points), the KL to pi_ref late in training, and the gradient norm before clipping over the
+    same iterations. ``table`` is a ``sweeps.sweep_table``; the values go on a log axis."""
+    panels = [("test_success", "greedy test success", "#4c72b0"),
+              ("kl", "KL to π_ref late in training\n(nats per trajectory)", "#dd8452"),
+              ("grad_norm", "gradient norm late in training\n(before clipping)", "#55a868")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(14, 3.4))
+    for value, rows in table.groupby("value"):
+        for ax, (column, _, color) in zip(axes, panels):
+            seed_range(ax, value, rows[column], fmt="o", color=color)
+    if not table.empty:
+        ref = table["ref_test_success"].iloc[0]
+        axes[0].axhline(ref, color="#999999", lw=1, label=f"π_ref ({ref:.1%})")
+        if target is not None:
+            axes[0].axhline(ref + target, color="#c44e52", ls="--", lw=1, label=f"π_ref + {target * 100:g} points")
+        axes[0].legend(loc="lower right", fontsize=8)
+    axes[0].yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
+    for ax, (_, panel_title, _) in zip(axes, panels):
+        ax.set_title(panel_title, fontsize=10)
+        ax.set_xscale("log")
+        ax.set_xlabel(setting)
+    fig.suptitle(f"{title}\nmean of seeds, bar from the lowest seed to the highest" if title else
+                 "mean of seeds, bar from the lowest seed to the highest", y=1.13)
+    return fig

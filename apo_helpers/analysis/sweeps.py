@@ -1,0 +1,86 @@
+"""One A*PO setting swept over committed runs: its effect on held-out success and on the KL to pi_ref (notebook 07
+section 3, "β₂ swept from one π_ref").
+
+Each value of the setting is a ``train --gather --save --name NAME`` run whose tables lie under ``data/results/``:
+``NAME_class_seeds.csv`` (one row per seed's final test and val success, plus pi_ref's row) and
+``NAME_class_history.csv`` (one row per seed and iteration, with the KL estimate to pi_ref). ``sweep_table`` puts one
+row per value and seed side by side; ``plots.sweep_effect`` draws it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..config import RESULTS_DIR
+
+SWEEP_COLUMNS = ["value", "run", "seed", "test_success", "val_success", "kl", "log_ratio_abs", "grad_norm",
+                 "ref_test_success"]
+"""``value``: the swept setting's value; ``kl``, ``log_ratio_abs`` and ``grad_norm`` (the gradient's norm before
+clipping): that seed's mean over the late iterations."""
+
+
+def committed_tables(name: str, profile: str = "class", results: Path = RESULTS_DIR) -> dict[str, pd.DataFrame]:
+    """A committed run's seeds and history tables; a clear error naming the missing file."""
+    tables = {}
+    for part in ("seeds", "history"):
+        path = Path(results) / f"{name}_{profile}_{part}.csv"
+        if not path.exists():
+            raise FileNotFoundError(f"run {name!r} has no {part} table: {path} is missing "
+                                    f"(python -m apo_helpers train ... --gather --save --name {name} writes it)")
+        tables[part] = pd.read_csv(path)
+    return tables
+
+
+def sweep_table(runs: dict[float, str], late: tuple[int, int] = (40, 59), profile: str = "class",
+                results: Path = RESULTS_DIR, skip_missing: bool = True) -> pd.DataFrame:
+    """One row per swept value and seed (``SWEEP_COLUMNS``): the seed's final test and val success, and its KL to
+    pi_ref, |log π/π_ref| and gradient norm averaged over iterations ``late`` (inclusive: a window every run has, where the curves
+    have settled). ``runs`` maps each value to its run's table name; with ``skip_missing`` a run whose tables are not
+    committed yet is left out, otherwise it raises. The runs must share one pi_ref, or their gains would not compare."""
+    rows, refs = [], set()
+    first, last = late
+    for value, name in runs.items():
+        try:
+            tables = committed_tables(name, profile, results)
+        except FileNotFoundError:
+            if skip_missing:
+                continue
+            raise
+        seeds = tables["seeds"]
+        ref_rows = seeds[seeds["objective"] == "pi_ref"]
+        if ref_rows.empty:
+            raise ValueError(f"run {name!r} has no pi_ref row in its seeds table: gather it without --skip-ref")
+        refs.add(str(ref_rows["ref"].iloc[0]))
+        history = tables["history"]
+        window = history[history["iteration"].between(first, last)]
+        for _, row in seeds[seeds["objective"] != "pi_ref"].iterrows():
+            seed_window = window[window["seed"] == row["seed"]]
+            if seed_window.empty:
+                raise ValueError(f"run {name!r} seed {int(row['seed'])} has no history in iterations {first}-{last}")
+            rows.append({"value": value, "run": name, "seed": int(row["seed"]), "test_success": row["test_success"],
+                         "val_success": row["val_success"], "kl": seed_window["kl"].mean(),
+                         "log_ratio_abs": seed_window["log_ratio_abs"].mean(),
+                         "grad_norm": seed_window["grad_norm"].mean(),
+                         "ref_test_success": ref_rows["test_success"].iloc[0]})
+    if len(refs) > 1:
+        raise ValueError(f"the swept runs start from different pi_refs ({sorted(refs)}); their gains do not compare")
+    return pd.DataFrame(rows, columns=SWEEP_COLUMNS)
+
+
+def sweep_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per value: the mean test success over seeds, its spread (std, ddof=0, as the README's tables), the gain over
+    pi_ref, the mean val success and the late KL, log-ratio and gradient norm, lowest value first."""
+    grouped = table.groupby("value")
+    summary = pd.DataFrame({
+        "run": grouped["run"].first(),
+        "seeds": grouped["seed"].count(),
+        "test success": grouped["test_success"].mean(),
+        "std over seeds": grouped["test_success"].std(ddof=0),
+        "gain over π_ref": grouped["test_success"].mean() - grouped["ref_test_success"].first(),
+        "val success": grouped["val_success"].mean(),
+        "KL (late)": grouped["kl"].mean(),
+        "|log π/π_ref| (late)": grouped["log_ratio_abs"].mean(),
+        "gradient norm (late)": grouped["grad_norm"].mean()})
+    return summary.sort_index()
