@@ -267,6 +267,8 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_h192_xeon_gsvk1024_b01": (XEON, f"{HELD}, beta2 0.01"),
     "apo_sloppy_h192_xeon_gsvk1024_b003": (XEON, f"{HELD}, beta2 0.003"),
     "apo_sloppy_h192_xeon_gsvk1024_b001": (XEON, f"{HELD}, beta2 0.001 (the paper's)"),
+    "apo_sloppy_h192_xeon_gsvk1024_b003_r2": (XEON, f"{HELD}, beta2 0.003, 60 iterations, re-anchored once on each "
+                                                    f"seed's policy, 60 more"),
     "apo_sloppy_h192_xeon_gsdk1024_b03": (XEON,
                                           f"{HELD}, the goals whose samples disagree (keep_disagreeing) in place of "
                                           f"those whose rewards vary"),
@@ -511,8 +513,8 @@ gains.round(3)
 # taken nearer the best sample (β₁ = 0.1, and β₁ = β₂ = 0.03) change it, does re-anchoring add to it, and then
 # to itself, what it added from the first π_ref, and does β₁ = 0.1 change the second re-anchored round? Last, do
 # β₂ = 0.01 and the goals whose samples disagree (`keep_disagreeing`), measured before from the 1.1M π_ref, change the
-# first round from this one, does β₂ below 0.01 add to it, and how does one round at β₂ = 0.003 compare with the
-# twice re-anchored round?
+# first round from this one, does β₂ below 0.01 add to it, how does one round at β₂ = 0.003 compare with the
+# twice re-anchored round, and does re-anchoring add to β₂ = 0.003?
 
 # %%
 if not gains.empty:
@@ -529,7 +531,9 @@ if not gains.empty:
              ("apo_sloppy_h192_xeon_gsvk1024_b01", xeon), ("apo_sloppy_h192_xeon_gsdk1024_b03", xeon),
              ("apo_sloppy_h192_xeon_gsvk1024_b003", "apo_sloppy_h192_xeon_gsvk1024_b01"),
              ("apo_sloppy_h192_xeon_gsvk1024_b001", "apo_sloppy_h192_xeon_gsvk1024_b003"),
-             ("apo_sloppy_h192_xeon_gsvk1024_b003", f"{xeon}_r3")]
+             ("apo_sloppy_h192_xeon_gsvk1024_b003", f"{xeon}_r3"),
+             ("apo_sloppy_h192_xeon_gsvk1024_b003_r2", "apo_sloppy_h192_xeon_gsvk1024_b003"),
+             ("apo_sloppy_h192_xeon_gsvk1024_b003_r2", f"{xeon}_r3")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     best = gains.iloc[0]
