@@ -2516,7 +2516,9 @@ else:
 # The paper's β₂ = 0.001 does not continue the trend: its seeds end below every seed at 0.003, with a KL to π_ref
 # back down to the held round's. The loss's gradient with respect to log π, 2β₂(β₂ log π/π_ref − (r − V*)), shrinks
 # with β₂ while the search turn's KL term keeps its weight; notebook 07 section 3 ("β₂ swept from one π_ref") draws
-# the four values' success, KL and gradient norm side by side. Re-anchoring the β₂ = 0.003 seeds (a stage 1 from each
+# the four values' success, KL and gradient norm side by side, and β₂ = 0.001 with that weight scaled down with it
+# (`greedy_kl=0.001`): freed, it travels further from π_ref than any first round and ends level with β₂ = 0.01.
+# Re-anchoring the β₂ = 0.003 seeds (a stage 1 from each
 # seed's policy, then 60 more iterations at 0.003, as in "Re-anchoring from the Xeon π_ref" above; run
 # `apo_sloppy_h192_xeon_gsvk1024_b003_r2`) leaves their mean level with the round it continued and spreads them:
 # one seed ends above every other policy from this π_ref, another below the round it continued, and their invalid

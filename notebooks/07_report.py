@@ -267,6 +267,7 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_h192_xeon_gsvk1024_b01": (XEON, f"{HELD}, beta2 0.01"),
     "apo_sloppy_h192_xeon_gsvk1024_b003": (XEON, f"{HELD}, beta2 0.003"),
     "apo_sloppy_h192_xeon_gsvk1024_b001": (XEON, f"{HELD}, beta2 0.001 (the paper's)"),
+    "apo_sloppy_h192_xeon_gsvk1024_b001_k001": (XEON, f"{HELD.replace('0.01', '0.001')}, beta2 0.001"),
     "apo_sloppy_h192_xeon_gsvk1024_b003_r2": (XEON, f"{HELD}, beta2 0.003, 60 iterations, re-anchored once on each "
                                                     f"seed's policy, 60 more"),
     "apo_sloppy_h192_xeon_gsdk1024_b03": (XEON,
@@ -514,7 +515,8 @@ gains.round(3)
 # to itself, what it added from the first π_ref, and does β₁ = 0.1 change the second re-anchored round? Last, do
 # β₂ = 0.01 and the goals whose samples disagree (`keep_disagreeing`), measured before from the 1.1M π_ref, change the
 # first round from this one, does β₂ below 0.01 add to it, how does one round at β₂ = 0.003 compare with the
-# twice re-anchored round, and does re-anchoring add to β₂ = 0.003?
+# twice re-anchored round, does re-anchoring add to β₂ = 0.003, and does β₂ = 0.001 gain with the search turn's KL
+# weight scaled down with it?
 
 # %%
 if not gains.empty:
@@ -533,7 +535,9 @@ if not gains.empty:
              ("apo_sloppy_h192_xeon_gsvk1024_b001", "apo_sloppy_h192_xeon_gsvk1024_b003"),
              ("apo_sloppy_h192_xeon_gsvk1024_b003", f"{xeon}_r3"),
              ("apo_sloppy_h192_xeon_gsvk1024_b003_r2", "apo_sloppy_h192_xeon_gsvk1024_b003"),
-             ("apo_sloppy_h192_xeon_gsvk1024_b003_r2", f"{xeon}_r3")]
+             ("apo_sloppy_h192_xeon_gsvk1024_b003_r2", f"{xeon}_r3"),
+             ("apo_sloppy_h192_xeon_gsvk1024_b001_k001", "apo_sloppy_h192_xeon_gsvk1024_b001"),
+             ("apo_sloppy_h192_xeon_gsvk1024_b001_k001", "apo_sloppy_h192_xeon_gsvk1024_b01")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     best = gains.iloc[0]
@@ -630,6 +634,26 @@ if beta2_sweep["value"].nunique() > 1:
                              title="β₂ from the Xeon π_ref, held recipe, 60 iterations (three seeds each)")
     plots.save(fig, "07_beta2_sweep")
     plt.show()
+
+# %% [markdown]
+# Is the search turn's KL weight what holds the smallest β₂ back? A*PO's gradient scales with β₂, the KL term's
+# with `greedy_kl`; at β₂ = 0.01 and `greedy_kl=0.01` the two stand in a ratio of 1. The same ratio at β₂ = 0.001
+# takes `greedy_kl=0.001` (run `apo_sloppy_h192_xeon_gsvk1024_b001_k001`, otherwise the held recipe):
+
+# %%
+SCALED_KL_RUNS = {"β₂ 0.01, greedy_kl 0.01": "apo_sloppy_h192_xeon_gsvk1024_b01",
+                  "β₂ 0.001, greedy_kl 0.01": "apo_sloppy_h192_xeon_gsvk1024_b001",
+                  "β₂ 0.001, greedy_kl 0.001": "apo_sloppy_h192_xeon_gsvk1024_b001_k001"}
+scaled_kl = sweep_table(SCALED_KL_RUNS)
+if scaled_kl["value"].nunique() == len(SCALED_KL_RUNS):
+    scaled_summary = sweep_summary(scaled_kl).loc[list(SCALED_KL_RUNS)]
+    display(scaled_summary.drop(columns="run").round(3))
+    scaled, fixed = (scaled_summary.loc[f"β₂ 0.001, greedy_kl {w}"] for w in ("0.001", "0.01"))
+    display(Markdown(
+        f"- With the KL weight scaled down with β₂, β₂ = 0.001 ends at {scaled['test success']:.1%} "
+        f"({scaled['gain over π_ref']:+.1%} over π_ref, {int(scaled['seeds'])} seeds) against {fixed['test success']:.1%} "
+        f"at the fixed weight, with a late KL of {scaled['KL (late)']:.2f} nats against {fixed['KL (late)']:.2f}; "
+        f"the paired intervals are in section 3's table above."))
 
 # %% [markdown]
 # ## 4. Key figures

@@ -97,3 +97,12 @@ def test_the_figure_has_a_point_per_value_on_every_panel(tmp_path):
     assert sorted(line.get_ydata()[0] for line in success_ax.lines if len(line.get_xdata()) == 2) == \
         pytest.approx([0.3, 0.4])  # pi_ref's line and the target's
     plt.close(fig)
+
+
+def test_labels_as_values_and_a_history_without_gradient_norms(tmp_path):
+    write_run(tmp_path, "old", [0.35], [1.0])
+    history = pd.read_csv(tmp_path / "old_class_history.csv").drop(columns="grad_norm")
+    history.to_csv(tmp_path / "old_class_history.csv", index=False)
+    table = sweep_table({"held recipe": "old"}, results=tmp_path)
+    assert table["value"].tolist() == ["held recipe"]
+    assert table["grad_norm"].isna().all() and table["kl"].iloc[0] == pytest.approx(1.0)

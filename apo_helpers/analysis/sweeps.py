@@ -33,12 +33,14 @@ def committed_tables(name: str, profile: str = "class", results: Path = RESULTS_
     return tables
 
 
-def sweep_table(runs: dict[float, str], late: tuple[int, int] = (40, 59), profile: str = "class",
+def sweep_table(runs: dict[float | str, str], late: tuple[int, int] = (40, 59), profile: str = "class",
                 results: Path = RESULTS_DIR, skip_missing: bool = True) -> pd.DataFrame:
     """One row per swept value and seed (``SWEEP_COLUMNS``): the seed's final test and val success, and its KL to
-    pi_ref, |log π/π_ref| and gradient norm averaged over iterations ``late`` (inclusive: a window every run has, where the curves
-    have settled). ``runs`` maps each value to its run's table name; with ``skip_missing`` a run whose tables are not
-    committed yet is left out, otherwise it raises. The runs must share one pi_ref, or their gains would not compare."""
+    pi_ref, |log π/π_ref| and gradient norm averaged over iterations ``late`` (inclusive: a window every run has,
+    where the curves have settled; a history without ``grad_norm`` leaves it NaN). ``runs`` maps each value (a number,
+    or a label for settings that are not one number) to its run's table name; with ``skip_missing`` a run whose
+    tables are not committed yet is left out, otherwise it raises. The runs must share one pi_ref, or their gains
+    would not compare."""
     rows, refs = [], set()
     first, last = late
     for value, name in runs.items():
@@ -62,7 +64,7 @@ def sweep_table(runs: dict[float, str], late: tuple[int, int] = (40, 59), profil
             rows.append({"value": value, "run": name, "seed": int(row["seed"]), "test_success": row["test_success"],
                          "val_success": row["val_success"], "kl": seed_window["kl"].mean(),
                          "log_ratio_abs": seed_window["log_ratio_abs"].mean(),
-                         "grad_norm": seed_window["grad_norm"].mean(),
+                         "grad_norm": seed_window["grad_norm"].mean() if "grad_norm" in seed_window else float("nan"),
                          "ref_test_success": ref_rows["test_success"].iloc[0]})
     if len(refs) > 1:
         raise ValueError(f"the swept runs start from different pi_refs ({sorted(refs)}); their gains do not compare")
