@@ -267,7 +267,8 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_h192_xeon_gsvk1024_b01": (XEON, f"{HELD}, beta2 0.01"),
     "apo_sloppy_h192_xeon_gsvk1024_b003": (XEON, f"{HELD}, beta2 0.003"),
     "apo_sloppy_h192_xeon_gsvk1024_b001": (XEON, f"{HELD}, beta2 0.001 (the paper's)"),
-    "apo_sloppy_h192_xeon_gsvk1024_b001_k001": (XEON, f"{HELD.replace('0.01', '0.001')}, beta2 0.001"),
+    "apo_sloppy_h192_xeon_gsvk1024_b001_k001": (XEON, "greedy search held by its distributions' KL (weight 0.001), "
+                                                      "beta2 0.001"),
     "apo_sloppy_h192_xeon_gsvk1024_b003_r2": (XEON, f"{HELD}, beta2 0.003, 60 iterations, re-anchored once on each "
                                                     f"seed's policy, 60 more"),
     "apo_sloppy_h192_xeon_gsdk1024_b03": (XEON,

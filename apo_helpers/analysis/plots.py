@@ -98,6 +98,6 @@ def sweep_effect(table: pd.DataFrame, setting: str = "β₂", target: float | No
         ax.set_title(panel_title, fontsize=10)
         ax.set_xscale("log")
         ax.set_xlabel(setting)
-    fig.suptitle(f"{title}\nmean of seeds, bar from the lowest seed to the highest" if title else
-                 "mean of seeds, bar from the lowest seed to the highest", y=1.13)
+    spread = "mean of seeds, bar from the lowest seed to the highest"
+    fig.suptitle(f"{title}\n{spread}" if title else spread, y=1.13)
     return fig
