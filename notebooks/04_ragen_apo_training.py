@@ -39,7 +39,7 @@
 #
 # | question | subsections of section 8 |
 # |---|---|
-# | how far may the policy move from π_ref? | the sweep at its start; β₂ where there is something to learn |
+# | how far may the policy move from π_ref? | the sweep at its start; β₂ where there is something to learn; β₂ and the goals practised, from the Xeon π_ref |
 # | which goals should RL practise? | Goals whose rewards vary; Keeping what π_ref solves; Practising only the two-option goals |
 # | how to keep the greedily played turns stable? | Anchoring the greedy search turn; Holding the whole distribution... |
 # | is the optimizer the limit? | Fitting each batch; Is the plateau noise?; Smoothing the end of a round |
@@ -48,7 +48,7 @@
 # | what about the budget? | Where the purchases still fail: above the budget |
 # | does renewing π_ref and V* help? | Re-anchoring every 60 and every 30 iterations; from another π_ref; from the Xeon π_ref; Averaging the seeds |
 # | is the reward's shape the limit? | Paying successes more |
-# | is stage 1's estimate the limit? | Sampling V* more precisely |
+# | is stage 1's estimate the limit? | Sampling V* more precisely; How soft V*'s maximum is: β₁ |
 
 # %%
 import dataclasses
