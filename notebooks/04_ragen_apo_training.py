@@ -2518,6 +2518,9 @@ else:
 # with β₂ while the search turn's KL term keeps its weight; notebook 07 section 3 ("β₂ swept from one π_ref") draws
 # the four values' success, KL and gradient norm side by side, and β₂ = 0.001 with that weight scaled down with it
 # (`greedy_kl=0.001`): freed, it travels further from π_ref than any first round and ends level with β₂ = 0.01.
+# Re-anchored once (a stage 1 from each seed's policy, then 60 more iterations with the same settings; run
+# `apo_sloppy_h192_xeon_gsvk1024_b001_k001_r2`), its seeds choose the requested values a little more often and end
+# no higher than the round they continued.
 # Re-anchoring the β₂ = 0.003 seeds (a stage 1 from each
 # seed's policy, then 60 more iterations at 0.003, as in "Re-anchoring from the Xeon π_ref" above; run
 # `apo_sloppy_h192_xeon_gsvk1024_b003_r2`) leaves their mean level with the round it continued and spreads them:
