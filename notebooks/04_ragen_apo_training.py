@@ -2520,7 +2520,9 @@ else:
 # (`greedy_kl=0.001`): freed, it travels further from π_ref than any first round and ends level with β₂ = 0.01.
 # Re-anchored once (a stage 1 from each seed's policy, then 60 more iterations with the same settings; run
 # `apo_sloppy_h192_xeon_gsvk1024_b001_k001_r2`), its seeds choose the requested values a little more often and end
-# no higher than the round they continued.
+# no higher than the round they continued. Nor do the β₂ = 0.003 seeds continued to 120 iterations with the same
+# π_ref and V* (run `apo_sloppy_h192_xeon_gsvk1024_b003_it120`): their training batches succeed more often and their
+# KL keeps growing, while greedy success on test stays where 60 iterations left it.
 # Re-anchoring the β₂ = 0.003 seeds (a stage 1 from each
 # seed's policy, then 60 more iterations at 0.003, as in "Re-anchoring from the Xeon π_ref" above; run
 # `apo_sloppy_h192_xeon_gsvk1024_b003_r2`) leaves their mean level with the round it continued and spreads them:

@@ -271,6 +271,7 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
                                                       "beta2 0.001"),
     "apo_sloppy_h192_xeon_gsvk1024_b003_r2": (XEON, f"{HELD}, beta2 0.003, 60 iterations, re-anchored once on each "
                                                     f"seed's policy, 60 more"),
+    "apo_sloppy_h192_xeon_gsvk1024_b003_it120": (XEON, f"{HELD}, beta2 0.003, 120 iterations"),
     "apo_sloppy_h192_xeon_gsvk1024_b001_k001_r2": (XEON, "greedy search held by its distributions' KL (weight "
                                                          "0.001), beta2 0.001, 60 iterations, re-anchored once on "
                                                          "each seed's policy, 60 more"),
@@ -543,7 +544,9 @@ if not gains.empty:
              ("apo_sloppy_h192_xeon_gsvk1024_b001_k001", "apo_sloppy_h192_xeon_gsvk1024_b001"),
              ("apo_sloppy_h192_xeon_gsvk1024_b001_k001", "apo_sloppy_h192_xeon_gsvk1024_b01"),
              ("apo_sloppy_h192_xeon_gsvk1024_b001_k001_r2", "apo_sloppy_h192_xeon_gsvk1024_b001_k001"),
-             ("apo_sloppy_h192_xeon_gsvk1024_b001_k001_r2", "apo_sloppy_h192_xeon_gsvk1024_b003_r2")]
+             ("apo_sloppy_h192_xeon_gsvk1024_b001_k001_r2", "apo_sloppy_h192_xeon_gsvk1024_b003_r2"),
+             ("apo_sloppy_h192_xeon_gsvk1024_b003_it120", "apo_sloppy_h192_xeon_gsvk1024_b003"),
+             ("apo_sloppy_h192_xeon_gsvk1024_b003_it120", "apo_sloppy_h192_xeon_gsvk1024_b003_r2")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     best = gains.iloc[0]
