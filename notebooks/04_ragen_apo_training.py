@@ -2505,7 +2505,7 @@ else:
 #     runs/apo_sloppy_h192_xeon_gsvk1024_b001_class --save
 # ```
 #
-# **What this says.** Notebook 07 shows the three runs in section 1's table and pairs each with the held recipe
+# **What this says.** Notebook 07 shows these runs in section 1's table and pairs each with the held recipe
 # (β₂ = 0.03, varying goals) on the same test goals in section 3. At β₂ = 0.01 every seed ends above every seed of
 # the held round and level with the twice re-anchored round from this π_ref, with as many options clicked and
 # values right as that round (the seeds tables' `test_option_clicked` and `test_options_right`), and a larger KL
@@ -2518,16 +2518,14 @@ else:
 # with β₂ while the search turn's KL term keeps its weight; notebook 07 section 3 ("β₂ swept from one π_ref") draws
 # the four values' success, KL and gradient norm side by side, and β₂ = 0.001 with that weight scaled down with it
 # (`greedy_kl=0.001`): freed, it travels further from π_ref than any first round and ends level with β₂ = 0.01.
-# Re-anchored once (a stage 1 from each seed's policy, then 60 more iterations with the same settings; run
-# `apo_sloppy_h192_xeon_gsvk1024_b001_k001_r2`), its seeds choose the requested values a little more often and end
-# no higher than the round they continued. Nor do the β₂ = 0.003 seeds continued to 120 iterations with the same
-# π_ref and V* (run `apo_sloppy_h192_xeon_gsvk1024_b003_it120`): their training batches succeed more often and their
-# KL keeps growing, while greedy success on test stays where 60 iterations left it.
-# Re-anchoring the β₂ = 0.003 seeds (a stage 1 from each
-# seed's policy, then 60 more iterations at 0.003, as in "Re-anchoring from the Xeon π_ref" above; run
-# `apo_sloppy_h192_xeon_gsvk1024_b003_r2`) leaves their mean level with the round it continued and spreads them:
-# one seed ends above every other policy from this π_ref, another below the round it continued, and their invalid
-# replies rise above π_ref's.
+# Re-anchoring the β₂ = 0.003 seeds (a stage 1 from each seed's policy, then 60 more iterations at 0.003, as in
+# "Re-anchoring from the Xeon π_ref" above; run `apo_sloppy_h192_xeon_gsvk1024_b003_r2`) leaves their mean level
+# with the round it continued and spreads them: one seed ends above every other policy from this π_ref, another
+# below the round it continued, and their invalid replies rise above π_ref's. Re-anchored the same way, the
+# scaled-weight β₂ = 0.001 seeds (run `apo_sloppy_h192_xeon_gsvk1024_b001_k001_r2`) choose the requested values a
+# little more often and end no higher than the round they continued. Nor do the β₂ = 0.003 seeds continued to 120
+# iterations with the same π_ref and V* (run `apo_sloppy_h192_xeon_gsvk1024_b003_it120`): their training batches
+# succeed more often and their KL keeps growing, while greedy success on test stays where 60 iterations left it.
 # The disagreeing goals, fewer than half of the varying ones, end level with them, as they did from the 1.1M π_ref.
 
 # %% [markdown]

@@ -520,8 +520,8 @@ gains.round(3)
 # to itself, what it added from the first π_ref, and does β₁ = 0.1 change the second re-anchored round? Last, do
 # β₂ = 0.01 and the goals whose samples disagree (`keep_disagreeing`), measured before from the 1.1M π_ref, change the
 # first round from this one, does β₂ below 0.01 add to it, how does one round at β₂ = 0.003 compare with the
-# twice re-anchored round, does re-anchoring add to β₂ = 0.003, and does β₂ = 0.001 gain with the search turn's KL
-# weight scaled down with it?
+# twice re-anchored round, does re-anchoring add to β₂ = 0.003, does β₂ = 0.001 gain with the search turn's KL
+# weight scaled down with it, and do re-anchoring that round or 120 iterations at β₂ = 0.003 add to them?
 
 # %%
 if not gains.empty:
