@@ -138,6 +138,7 @@ for count, table in demo_tables.items():  # pi_refs from fewer demonstrations of
     rows.append(seeds_row(f"apo (from pi_ref of {count} demonstrations, greedy search, disagreeing goals)", runs))
 HELD = "greedy search held by its distributions' KL (weight 0.01)"  # APOConfig.greedy_kl
 XEON = "options ignored, 2.3M-parameter model, retrained on an Intel Xeon"  # the pi_ref many runs below share
+XEON_SEED1 = "options ignored, 2.3M-parameter model, init seed 1, retrained on an Intel Xeon"
 DRAWN = "option values drawn on 30% of the item-page turns (explore_options 0.3)"
 PRODUCTS = "products drawn on 30% of the results-page turns (explore_results 0.3)"
 OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_ref imitated[, the recipe if another])
@@ -176,6 +177,12 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
                                           "of hidden size 192, the first such pi_ref's command run again on another "
                                           "processor (`train-ref --model hidden_size=192 intermediate_size=576`)",
                                           HELD),
+    "apo_sloppy_h192_seed1_xeon_gsvk1024_b03": (XEON_SEED1,
+                                                "the demonstrations that ignore the options half the time by a tiny "
+                                                "Llama of hidden size 192 from other initial weights and batch order, "
+                                                "the second such pi_ref's command run again on another processor "
+                                                "(`train-ref --model hidden_size=192 intermediate_size=576 --seed 1`)",
+                                                HELD),
     "apo_sloppy_h256_gsvk512_b03": ("options ignored, 3.9M-parameter model", "the demonstrations that ignore the "
                                     "options half the time by a tiny Llama of hidden size 256 (`train-ref --model "
                                     "hidden_size=256 intermediate_size=768`)", f"{HELD}, stage 1 on 512 goals"),
@@ -272,6 +279,7 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_h192_xeon_gsvk1024_b003_r2": (XEON, f"{HELD}, beta2 0.003, 60 iterations, re-anchored once on each "
                                                     f"seed's policy, 60 more"),
     "apo_sloppy_h192_xeon_gsvk1024_b003_it120": (XEON, f"{HELD}, beta2 0.003, 120 iterations"),
+    "apo_sloppy_h192_seed1_xeon_gsvk1024_b003": (XEON_SEED1, f"{HELD}, beta2 0.003"),
     "apo_sloppy_h192_xeon_gsvk1024_b001_k001_r2": (XEON, "greedy search held by its distributions' KL (weight "
                                                          "0.001), beta2 0.001, 60 iterations, re-anchored once on "
                                                          "each seed's policy, 60 more"),
@@ -521,7 +529,9 @@ gains.round(3)
 # β₂ = 0.01 and the goals whose samples disagree (`keep_disagreeing`), measured before from the 1.1M π_ref, change the
 # first round from this one, does β₂ below 0.01 add to it, how does one round at β₂ = 0.003 compare with the
 # twice re-anchored round, does re-anchoring add to β₂ = 0.003, does β₂ = 0.001 gain with the search turn's KL
-# weight scaled down with it, and do re-anchoring that round or 120 iterations at β₂ = 0.003 add to them?
+# weight scaled down with it, and do re-anchoring that round or 120 iterations at β₂ = 0.003 add to them? And from
+# a second π_ref retrained on the Xeon (the `--seed 1` command), does β₂ = 0.003 end above the held β₂ = 0.03, as
+# it did from the first?
 
 # %%
 if not gains.empty:
@@ -546,7 +556,8 @@ if not gains.empty:
              ("apo_sloppy_h192_xeon_gsvk1024_b001_k001_r2", "apo_sloppy_h192_xeon_gsvk1024_b001_k001"),
              ("apo_sloppy_h192_xeon_gsvk1024_b001_k001_r2", "apo_sloppy_h192_xeon_gsvk1024_b003_r2"),
              ("apo_sloppy_h192_xeon_gsvk1024_b003_it120", "apo_sloppy_h192_xeon_gsvk1024_b003"),
-             ("apo_sloppy_h192_xeon_gsvk1024_b003_it120", "apo_sloppy_h192_xeon_gsvk1024_b003_r2")]
+             ("apo_sloppy_h192_xeon_gsvk1024_b003_it120", "apo_sloppy_h192_xeon_gsvk1024_b003_r2"),
+             ("apo_sloppy_h192_seed1_xeon_gsvk1024_b003", "apo_sloppy_h192_seed1_xeon_gsvk1024_b03")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     best = gains.iloc[0]
