@@ -29,6 +29,7 @@ import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 from IPython.display import Image, Markdown, display
 
@@ -280,6 +281,9 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
                                                     f"seed's policy, 60 more"),
     "apo_sloppy_h192_xeon_gsvk1024_b003_it120": (XEON, f"{HELD}, beta2 0.003, 120 iterations"),
     "apo_sloppy_h192_seed1_xeon_gsvk1024_b003": (XEON_SEED1, f"{HELD}, beta2 0.003"),
+    "apo_sloppy_h192_seed1_xeon_gsvk1024_b01": (XEON_SEED1, f"{HELD}, beta2 0.01"),
+    "apo_sloppy_h192_seed1_xeon_gsvk1024_b003_r2": (XEON_SEED1, f"{HELD}, beta2 0.003, 60 iterations, re-anchored "
+                                                                f"once on each seed's policy, 60 more"),
     "apo_sloppy_h192_xeon_gsvk1024_b001_k001_r2": (XEON, "greedy search held by its distributions' KL (weight "
                                                          "0.001), beta2 0.001, 60 iterations, re-anchored once on "
                                                          "each seed's policy, 60 more"),
@@ -531,7 +535,7 @@ gains.round(3)
 # twice re-anchored round, does re-anchoring add to β₂ = 0.003, does β₂ = 0.001 gain with the search turn's KL
 # weight scaled down with it, and do re-anchoring that round or 120 iterations at β₂ = 0.003 add to them? And from
 # a second π_ref retrained on the Xeon (the `--seed 1` command), does β₂ = 0.003 end above the held β₂ = 0.03, as
-# it did from the first?
+# it did from the first, where does β₂ = 0.01 fall between them, and does re-anchoring add to β₂ = 0.003 there?
 
 # %%
 if not gains.empty:
@@ -557,7 +561,10 @@ if not gains.empty:
              ("apo_sloppy_h192_xeon_gsvk1024_b001_k001_r2", "apo_sloppy_h192_xeon_gsvk1024_b003_r2"),
              ("apo_sloppy_h192_xeon_gsvk1024_b003_it120", "apo_sloppy_h192_xeon_gsvk1024_b003"),
              ("apo_sloppy_h192_xeon_gsvk1024_b003_it120", "apo_sloppy_h192_xeon_gsvk1024_b003_r2"),
-             ("apo_sloppy_h192_seed1_xeon_gsvk1024_b003", "apo_sloppy_h192_seed1_xeon_gsvk1024_b03")]
+             ("apo_sloppy_h192_seed1_xeon_gsvk1024_b003", "apo_sloppy_h192_seed1_xeon_gsvk1024_b03"),
+             ("apo_sloppy_h192_seed1_xeon_gsvk1024_b01", "apo_sloppy_h192_seed1_xeon_gsvk1024_b03"),
+             ("apo_sloppy_h192_seed1_xeon_gsvk1024_b003", "apo_sloppy_h192_seed1_xeon_gsvk1024_b01"),
+             ("apo_sloppy_h192_seed1_xeon_gsvk1024_b003_r2", "apo_sloppy_h192_seed1_xeon_gsvk1024_b003")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     best = gains.iloc[0]
@@ -634,26 +641,47 @@ from apo_helpers.analysis.sweeps import sweep_summary, sweep_table
 
 XEON_BETA2_RUNS = {0.03: "apo_sloppy_h192_xeon_gsvk1024_b03", 0.01: "apo_sloppy_h192_xeon_gsvk1024_b01",
                    0.003: "apo_sloppy_h192_xeon_gsvk1024_b003", 0.001: "apo_sloppy_h192_xeon_gsvk1024_b001"}
-beta2_sweep = sweep_table(XEON_BETA2_RUNS)
-if beta2_sweep["value"].nunique() > 1:
-    beta2_summary = sweep_summary(beta2_sweep)
-    display(beta2_summary.drop(columns="run").round(3))
-    top = beta2_summary["test success"].idxmax()
-    low, high = beta2_summary.index.min(), beta2_summary.index.max()
-    reached = (beta2_summary["gain over π_ref"] >= 0.10).sum()
+
+
+def show_beta2_sweep(runs: dict, title: str, figure: str):
+    """The sweep's table, its reading and its figure, from the committed tables of ``runs`` (β₂: run name)."""
+    sweep = sweep_table(runs)
+    if sweep["value"].nunique() < 2:
+        return
+    summary = sweep_summary(sweep)
+    display(summary.drop(columns="run").round(3))
+    success = summary["test success"]
+    tops = [value for value in success.index if np.isclose(success[value], success.max())]  # ties named together
+    top, low, high = tops[0], summary.index.min(), summary.index.max()
+    reached = (summary["gain over π_ref"] >= 0.10).sum()
     display(Markdown(
-        f"- Over {len(beta2_summary)} values of β₂ the best is β₂ = {top:g}: "
-        f"{beta2_summary.loc[top, 'test success']:.1%} on test, {beta2_summary.loc[top, 'gain over π_ref']:+.1%} "
-        f"over π_ref ({beta2_sweep['ref_test_success'].iloc[0]:.1%}); {reached} of the values reach the +10-point "
-        f"target.\n"
-        f"- The late KL is {beta2_summary.loc[high, 'KL (late)']:.2f} nats at β₂ = {high:g}, "
-        f"{beta2_summary.loc[top, 'KL (late)']:.2f} at {top:g} and {beta2_summary.loc[low, 'KL (late)']:.2f} at "
-        f"{low:g}; the gradient norm is {beta2_summary.loc[high, 'gradient norm (late)']:.3f} at β₂ = {high:g} "
-        f"and {beta2_summary.loc[low, 'gradient norm (late)']:.3f} at {low:g}."))
-    fig = plots.sweep_effect(beta2_sweep, target=0.10,
-                             title="β₂ from the Xeon π_ref, held recipe, 60 iterations (three seeds each)")
-    plots.save(fig, "07_beta2_sweep")
+        f"- Over {len(summary)} values of β₂ the best is β₂ = {' and '.join(f'{v:g}' for v in tops)}"
+        f"{' (tied)' if len(tops) > 1 else ''}: {success[top]:.1%} on test, "
+        f"{summary.loc[top, 'gain over π_ref']:+.1%} over π_ref ({sweep['ref_test_success'].iloc[0]:.1%}); "
+        f"{reached} of the values reach the +10-point target.\n"
+        f"- The late KL is "
+        + ", ".join(f"{summary.loc[v, 'KL (late)']:.2f} nats at β₂ = {v:g}" for v in sorted(summary.index)[::-1])
+        + f"; the gradient norm is {summary.loc[high, 'gradient norm (late)']:.3f} at β₂ = {high:g} "
+        f"and {summary.loc[low, 'gradient norm (late)']:.3f} at {low:g}."))
+    fig = plots.sweep_effect(sweep, target=0.10, title=title)
+    plots.save(fig, figure)
     plt.show()
+
+
+show_beta2_sweep(XEON_BETA2_RUNS, "β₂ from the Xeon π_ref, held recipe, 60 iterations (three seeds each)",
+                 "07_beta2_sweep")
+
+# %% [markdown]
+# Does the sweep's shape belong to that π_ref? The same recipe from the second π_ref retrained on the Xeon (the
+# `train-ref ... --seed 1` command), at three of the four values:
+
+# %%
+XEON_SEED1_BETA2_RUNS = {0.03: "apo_sloppy_h192_seed1_xeon_gsvk1024_b03",
+                         0.01: "apo_sloppy_h192_seed1_xeon_gsvk1024_b01",
+                         0.003: "apo_sloppy_h192_seed1_xeon_gsvk1024_b003"}
+show_beta2_sweep(XEON_SEED1_BETA2_RUNS,
+                 "β₂ from the second Xeon π_ref, held recipe, 60 iterations (three seeds each)",
+                 "07_beta2_sweep_seed1")
 
 # %% [markdown]
 # Is the search turn's KL weight what holds the smallest β₂ back? A*PO's gradient scales with β₂, the KL term's
