@@ -94,6 +94,9 @@ def test_the_figure_has_a_point_per_value_on_every_panel(tmp_path):
     means = sorted(c.lines[0].get_ydata()[0] for c in grad_ax.containers)
     assert means == pytest.approx([0.15, 0.4])  # each value's mean of its seeds' gradient norms
     assert success_ax.get_xscale() == "log"
+    for ax in fig.axes:  # labelled at the swept values, nowhere else
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["0.003", "0.03"]
+        assert len(ax.xaxis.get_minorticklocs()) == 0
     assert sorted(line.get_ydata()[0] for line in success_ax.lines if len(line.get_xdata()) == 2) == \
         pytest.approx([0.3, 0.4])  # pi_ref's line and the target's
     plt.close(fig)

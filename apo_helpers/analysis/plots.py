@@ -84,6 +84,7 @@ def sweep_effect(table: pd.DataFrame, setting: str = "β₂", target: float | No
               ("kl", "KL to π_ref late in training\n(nats per trajectory)", "#dd8452"),
               ("grad_norm", "gradient norm late in training\n(before clipping)", "#55a868")]
     fig, axes = plt.subplots(1, len(panels), figsize=(14, 3.4))
+    values = sorted(table["value"].unique())
     for value, rows in table.groupby("value"):
         for ax, (column, _, color) in zip(axes, panels):
             seed_range(ax, value, rows[column], fmt="o", color=color)
@@ -92,11 +93,17 @@ def sweep_effect(table: pd.DataFrame, setting: str = "β₂", target: float | No
         axes[0].axhline(ref, color="#999999", lw=1, label=f"π_ref ({ref:.1%})")
         if target is not None:
             axes[0].axhline(ref + target, color="#c44e52", ls="--", lw=1, label=f"π_ref + {target * 100:g} points")
-        axes[0].legend(loc="lower right", fontsize=8)
+        low, high = axes[0].get_ylim()
+        axes[0].set_ylim(low, high + 0.25 * (high - low))  # headroom, so the legend covers no seed's bar
+        axes[0].legend(loc="upper right", fontsize=8, ncol=2)
     axes[0].yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
     for ax, (_, panel_title, _) in zip(axes, panels):
         ax.set_title(panel_title, fontsize=10)
         ax.set_xscale("log")
+        if values:  # ticks at the swept values only: a log axis's own labels crowd a range under a decade
+            ax.set_xticks(values, [f"{v:g}" for v in values])
+            ax.xaxis.set_minor_locator(plt.NullLocator())
+            ax.set_xlim(values[0] / 1.4, values[-1] * 1.4)
         ax.set_xlabel(setting)
     spread = "mean of seeds, bar from the lowest seed to the highest"
     fig.suptitle(f"{title}\n{spread}" if title else spread, y=1.13)
