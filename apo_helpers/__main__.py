@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 from pathlib import Path
@@ -551,6 +552,9 @@ def cmd_sweep(args) -> int:
 def cmd_bench(args) -> int:
     from . import bench
 
+    if args.tag and (args.what != "train" or not re.fullmatch(r"[A-Za-z0-9_.-]+", args.tag)):
+        raise SystemExit(f"--tag {args.tag!r}: only `bench train` takes a tag, made of letters, digits, '_', '.' "
+                         "and '-' (it becomes part of a file name)")
     if args.what == "train":
         if args.objective == "all":  # every objective in turn, one process: compare seconds, not memory
             from .apo.losses import OBJECTIVES
@@ -566,18 +570,22 @@ def cmd_bench(args) -> int:
             name = "bench_train.json" if args.model == "tiny" else f"bench_train_{args.model}.json"
             if args.objective != "apo":
                 name = name.replace(".json", f"_{args.objective}.json")
+        for row in result if isinstance(result, list) else [result]:
+            row["numerics"] = numerics()  # the machine: seconds compare only within one
+        if args.tag:
+            name = name.replace(".json", f"_{args.tag}.json")
         if args.save:
             atomic_write_text(RESULTS_DIR / name, json.dumps(result, indent=1) + "\n")
         print(json.dumps(result) if args.json else json.dumps(result, indent=1))
         return 0
     if args.what == "rollout":
-        result = bench.bench_rollout(args.batch, args.ref)
+        result = {**bench.bench_rollout(args.batch, args.ref), "numerics": numerics()}
         if args.save:
             atomic_write_text(RESULTS_DIR / "bench_rollout.json", json.dumps(result, indent=1) + "\n")
         print(json.dumps(result) if args.json else json.dumps(result, indent=1))
         return 0
     if args.what == "env":
-        results = [bench.bench_env(n, steps=args.steps) for n in args.products]
+        results = [{**bench.bench_env(n, steps=args.steps), "numerics": numerics()} for n in args.products]
         if args.save:
             path = RESULTS_DIR / "bench_env.json"
             atomic_write_text(path, json.dumps(results, indent=1) + "\n")
@@ -878,6 +886,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=20000, help="random-agent steps per size")
     p.add_argument("--json", action="store_true")
     p.add_argument("--save", action="store_true", help="also write data/results/bench_<what>.json (quoted in the README)")
+    p.add_argument("--tag", default="", help="train: save as bench_train[_<model>]_<tag>.json, a row of its own "
+                   "beside the others (another machine, say); the README's table names each row's machine")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("data", help="regenerate data/catalog.json and data/goals.json")

@@ -13,3 +13,31 @@ def test_bench_rollout_reports_the_prefill_of_every_turn():
     sequential, prefill = result["seconds_median"]["sequential"], result["prefill_seconds_median"]["batched"]
     low, high = (sequential - 5e-4) / (prefill + 5e-4), (sequential + 5e-4) / max(prefill - 5e-4, 1e-9)
     assert low - 0.01 <= result["speedup_bound_from_prefill"] <= high + 0.01
+
+
+def test_bench_train_save_records_the_machine_and_a_tag_gives_its_own_file(tmp_path, monkeypatch):
+    import json
+
+    import pytest
+
+    import apo_helpers.__main__ as cli
+    from apo_helpers import bench
+    from apo_helpers.analysis.readme import bench_machine, bench_train_table
+    from apo_helpers.config import numerics
+
+    monkeypatch.setattr(cli, "RESULTS_DIR", tmp_path)
+    measured = {"batch_goals": 32, "device": "cpu", "torch_threads": 2, "seconds_median": 5.5,
+                "rollout_seconds_median": 2.0, "policy_forward_seconds_median": 1.0, "ref_seconds_median": 1.0,
+                "update_seconds_median": 1.5, "target_seconds": 6.0}
+    monkeypatch.setattr(bench, "bench_train", lambda *args, **kwargs: dict(measured))
+    assert cli.main(["bench", "train", "--save", "--tag", "epyc-avx2"]) == 0
+    saved = json.loads((tmp_path / "bench_train_epyc-avx2.json").read_text())
+    here = numerics()
+    assert saved["numerics"]["processor"] == here["processor"]
+    assert bench_machine(saved) == f"{here['processor']} ({here['cpu_capability']})"
+    assert f"| cpu | {bench_machine(saved)} | 2 | 5.50 |" in bench_train_table(tmp_path)
+    assert not (tmp_path / "bench_train.json").exists()  # the untagged row stays as it was
+    with pytest.raises(SystemExit, match="only `bench train` takes a tag"):
+        cli.main(["bench", "rollout", "--tag", "x"])
+    with pytest.raises(SystemExit, match="letters, digits"):
+        cli.main(["bench", "train", "--tag", "../elsewhere"])

@@ -153,13 +153,17 @@ def test_bench_train_table_and_sections_are_filled(tmp_path):
         "batch_goals": 32, "device": "cpu", "torch_threads": 2, "seconds_median": 5.5, "rollout_seconds_median": 2.0,
         "policy_forward_seconds_median": 1.0, "ref_seconds_median": 1.0, "update_seconds_median": 1.5,
         "target_seconds": 6.0}))
-    assert "| ? | apo | 32 | cpu | 2 | 5.50 |" in bench_train_table(tmp_path)
+    assert "| ? | apo | 32 | cpu | not recorded | 2 | 5.50 |" in bench_train_table(tmp_path)  # saved before numerics
     # `bench train --objective all`: a list, one row per objective, memory left out
     row = json.loads((tmp_path / "bench_train.json").read_text())
     (tmp_path / "bench_train_objectives.json").write_text(json.dumps(
         [dict(row, objective="grpo", seconds_median=4.25), dict(row, objective="ppo", seconds_median=7.0)]))
     table = bench_train_table(tmp_path)
-    assert "| ? | grpo | 32 | cpu | 2 | 4.25 |" in table and "| ? | ppo | 32 | cpu | 2 | 7.00 |" in table
+    assert "| ? | grpo | 32 | cpu | not recorded | 2 | 4.25 |" in table
+    assert "| ? | ppo | 32 | cpu | not recorded | 2 | 7.00 |" in table
+    (tmp_path / "bench_train_gpu.json").write_text(json.dumps(dict(row, device="cuda:0", numerics={
+        "processor": "Some CPU", "cpu_capability": "AVX512", "gpu": "Some GPU"})))
+    assert "| ? | apo | 32 | cuda:0 | Some GPU | 2 | 5.50 |" in bench_train_table(tmp_path)
     text = "a\n<!-- bench-train:start -->\nold\n<!-- bench-train:end -->\nb\n"
     rendered = render_readme(text, tmp_path)
     assert "old" not in rendered and "5.50" in rendered and rendered.startswith("a\n") and rendered.endswith("b\n")
@@ -220,7 +224,7 @@ def test_bench_rollout_table_shows_the_prefill_bound(tmp_path):
         "turns": 100, "prompt_tokens": 30000, "seconds_median": {"batched": 2.2, "sequential": 5.5},
         "prefill_seconds_median": {"batched": 1.1, "sequential": 1.0}, "speedup_bound_from_prefill": 5.0}))
     row = bench_rollout_table(tmp_path).splitlines()[2]
-    assert row == "| 32 | m | cpu | 1,000 | 400 | 2.5x | 300 / 22 | 2.20 / 5.50 | 1.10 / 1.00 | 5.0x |"
+    assert row == "| 32 | m | cpu | not recorded | 1,000 | 400 | 2.5x | 300 / 22 | 2.20 / 5.50 | 1.10 / 1.00 | 5.0x |"
 
 
 def test_gpu_table_reads_the_run_and_its_seeds(tmp_path):

@@ -81,7 +81,7 @@ def bench_rollout_table(results: Path = RESULTS_DIR) -> str | None:
         return None
     r = json.loads(path.read_text())
     table = pd.DataFrame([{
-        "episodes in lockstep": r["batch"], "model": r["model"], "device": r["device"],
+        "episodes in lockstep": r["batch"], "model": r["model"], "device": r["device"], "machine": bench_machine(r),
         "tokens/s batched": f"{r['tokens_per_second_batched']:,.0f}",
         "tokens/s one at a time": f"{r['tokens_per_second_sequential']:,.0f}", "speed-up": f"{r['speedup']:.1f}x",
         "prompt / reply tokens per turn": f"{r['prompt_tokens'] / r['turns']:.0f} / "
@@ -268,7 +268,7 @@ def bench_train_table(results: Path = RESULTS_DIR) -> str | None:
 
 def _bench_train_row(r: dict) -> dict:
     return {"model": Path(r.get("model", "?")).name, "objective": r.get("objective", "apo"),
-            "goals per iteration": r["batch_goals"], "device": r["device"],
+            "goals per iteration": r["batch_goals"], "device": r["device"], "machine": bench_machine(r),
             "threads": r["torch_threads"], "iteration s (median)": f"{r['seconds_median']:.2f}",
             "rollout s": f"{r['rollout_seconds_median']:.2f}",
             "policy forward s": f"{r['policy_forward_seconds_median']:.2f}",
@@ -276,6 +276,18 @@ def _bench_train_row(r: dict) -> dict:
             "generation tokens/s": _maybe(r, "generation_tokens_per_second_median", "{:,.0f}"),
             "training tokens/s": _maybe(r, "training_tokens_per_second_median", "{:,.0f}"),
             "peak memory MB": _maybe(r, "peak_memory_mb", "{:,.0f}"), "target s": f"{r['target_seconds']:.0f}"}
+
+
+def bench_machine(record: dict) -> str:
+    """The processor a benchmark ran on and torch's CPU kernels there (the GPU's name on CUDA), from the
+    ``numerics`` that ``bench --save`` records; files saved before it recorded them say so. Seconds compare only
+    within one machine: the same command differs by a factor of two or more between 2-core machines."""
+    info = record.get("numerics")
+    if not info:
+        return "not recorded"
+    if str(record.get("device", "")).startswith("cuda") and info.get("gpu"):
+        return info["gpu"]
+    return f"{info.get('processor') or '?'} ({info.get('cpu_capability') or '?'})"
 
 
 def _maybe(record: dict, key: str, form: str) -> str:
