@@ -555,6 +555,7 @@ def cmd_bench(args) -> int:
     if args.tag and (args.what != "train" or not re.fullmatch(r"[A-Za-z0-9_.-]+", args.tag)):
         raise SystemExit(f"--tag {args.tag!r}: only `bench train` takes a tag, made of letters, digits, '_', '.' "
                          "and '-' (it becomes part of a file name)")
+    machine = numerics()  # recorded with every result: seconds compare only within one machine
     if args.what == "train":
         if args.objective == "all":  # every objective in turn, one process: compare seconds, not memory
             from .apo.losses import OBJECTIVES
@@ -571,7 +572,7 @@ def cmd_bench(args) -> int:
             if args.objective != "apo":
                 name = name.replace(".json", f"_{args.objective}.json")
         for row in result if isinstance(result, list) else [result]:
-            row["numerics"] = numerics()  # the machine: seconds compare only within one
+            row["numerics"] = machine
         if args.tag:
             name = name.replace(".json", f"_{args.tag}.json")
         if args.save:
@@ -579,13 +580,13 @@ def cmd_bench(args) -> int:
         print(json.dumps(result) if args.json else json.dumps(result, indent=1))
         return 0
     if args.what == "rollout":
-        result = {**bench.bench_rollout(args.batch, args.ref), "numerics": numerics()}
+        result = {**bench.bench_rollout(args.batch, args.ref), "numerics": machine}
         if args.save:
             atomic_write_text(RESULTS_DIR / "bench_rollout.json", json.dumps(result, indent=1) + "\n")
         print(json.dumps(result) if args.json else json.dumps(result, indent=1))
         return 0
     if args.what == "env":
-        results = [{**bench.bench_env(n, steps=args.steps), "numerics": numerics()} for n in args.products]
+        results = [{**bench.bench_env(n, steps=args.steps), "numerics": machine} for n in args.products]
         if args.save:
             path = RESULTS_DIR / "bench_env.json"
             atomic_write_text(path, json.dumps(results, indent=1) + "\n")
