@@ -35,9 +35,13 @@ unit: $(INSTALLED)
 test-slow: $(INSTALLED)
 	APO_SLOW_TESTS=1 APO_PROFILE=ci $(BIN)/python -m pytest tests -q -m slow
 
-nbval: $(INSTALLED)
-	APO_PROFILE=ci $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax \
-		--nbval-cell-timeout=$(CELL_TIMEOUT) $(NOTEBOOKS)
+# the notebooks share the `ci` pi_ref and its stage-1 table (runs/vstar): both are built first, so that the
+# notebooks can run two at a time (one per core, one torch thread each; --dist loadfile keeps each notebook's cells
+# in order on one worker) without two of them building the same files at once
+nbval: $(INSTALLED) runs/pi_ref_ci/model.safetensors
+	APO_PROFILE=ci $(BIN)/python -m apo_helpers vstar --out runs/vstar --json
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 APO_PROFILE=ci $(BIN)/python -m pytest -q -p no:cacheprovider \
+		-n 2 --dist loadfile --nbval-lax --nbval-cell-timeout=$(CELL_TIMEOUT) $(NOTEBOOKS)
 
 PROFILE := $(or $(APO_PROFILE),class)
 REFERENCE := runs/pi_ref_$(PROFILE)/model.safetensors
@@ -52,8 +56,8 @@ report: $(INSTALLED) $(REFERENCE) $(APO_RUNS) $(PRETRAINED)
 
 # pi_ref and the A*PO runs train longer than a notebook may take on a CPU: they are built before the notebooks
 # (notebook 02 loads pi_ref; notebook 04 reads the seeds' results, which the class profile commits)
-$(REFERENCE): $(INSTALLED)
-	APO_PROFILE=$(PROFILE) $(BIN)/python -m apo_helpers train-ref
+runs/pi_ref_%/model.safetensors: $(INSTALLED)
+	APO_PROFILE=$* $(BIN)/python -m apo_helpers train-ref
 
 $(APO_RUNS): $(REFERENCE)
 	APO_PROFILE=$(PROFILE) $(BIN)/python -m apo_helpers train --objective apo --seeds 0 1 2 --resume \

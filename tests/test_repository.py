@@ -7,6 +7,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from apo_helpers.config import DATA_DIR, PROJECT_ROOT
@@ -106,6 +107,32 @@ def test_imports_only_point_down_the_data_flow():
                 if target in LAYERS and LAYERS.index(target) > layer:
                     upward.append(f"{path.relative_to(package)} imports {target}")
     assert upward == []
+
+
+def _nbval_distribution():
+    """The pytest-xdist options of `make nbval`'s pytest command (``-n N --dist MODE``)."""
+    recipe = re.search(r"^nbval:.*?\n((?:\t.*\n?)+)", (PROJECT_ROOT / "Makefile").read_text(), re.M).group(1)
+    command = " ".join(line.strip().rstrip("\\") for line in recipe.splitlines())
+    options = re.search(r"-m pytest .*?(-n \d+ --dist \w+)", command)
+    assert options, f"make nbval should run the notebooks on pytest-xdist workers (-n N --dist MODE): {command}"
+    return options.group(1).split()
+
+
+def test_nbval_runs_each_notebooks_cells_in_order_on_one_worker(tmp_path):
+    """`make nbval` runs notebooks two at a time; a notebook's cells share one kernel, so they must stay together and
+    in order (xdist's plain `load` mode scatters them and later cells fail on names never defined)."""
+    for name in ("a", "b"):
+        cells = [nbformat.v4.new_code_cell("seen = [0]")]
+        cells += [nbformat.v4.new_code_cell(f"assert seen == list(range({i}))\nseen.append({i})") for i in range(1, 5)]
+        nbformat.write(nbformat.v4.new_notebook(cells=cells), tmp_path / f"{name}.ipynb")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--nbval-lax", "-v",
+                          *_nbval_distribution(), "a.ipynb", "b.ipynb"],
+                         capture_output=True, text=True, cwd=tmp_path).stdout
+    for name in ("a", "b"):
+        # xdist names a notebook's cells "a::ipynb::Cell 0"
+        passed = re.findall(rf"\[(gw\d+)\] .*PASSED {name}(?:\.|::)ipynb::Cell (\d+)", out)
+        assert [int(cell) for _, cell in passed] == list(range(5)), out
+        assert len({worker for worker, _ in passed}) == 1, out
 
 
 def test_xdist_keeps_a_group_on_one_worker(tmp_path):
