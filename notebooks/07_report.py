@@ -140,6 +140,7 @@ for count, table in demo_tables.items():  # pi_refs from fewer demonstrations of
 HELD = "greedy search held by its distributions' KL (weight 0.01)"  # APOConfig.greedy_kl
 XEON = "options ignored, 2.3M-parameter model, retrained on an Intel Xeon"  # the pi_ref many runs below share
 XEON_SEED1 = "options ignored, 2.3M-parameter model, init seed 1, retrained on an Intel Xeon"
+AVX2 = "options ignored, 2.3M-parameter model, retrained on an AMD EPYC with AVX2 kernels"
 DRAWN = "option values drawn on 30% of the item-page turns (explore_options 0.3)"
 PRODUCTS = "products drawn on 30% of the results-page turns (explore_results 0.3)"
 OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_ref imitated[, the recipe if another])
@@ -184,6 +185,11 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
                                                 "the second such pi_ref's command run again on another processor "
                                                 "(`train-ref --model hidden_size=192 intermediate_size=576 --seed 1`)",
                                                 HELD),
+    "apo_sloppy_h192_avx2_gsvk1024_b03": (AVX2,
+                                          "the demonstrations that ignore the options half the time by a tiny Llama "
+                                          "of hidden size 192, the first such pi_ref's command run again on a "
+                                          "processor where torch picks AVX2 kernels (`train-ref --model "
+                                          "hidden_size=192 intermediate_size=576`)", HELD),
     "apo_sloppy_h256_gsvk512_b03": ("options ignored, 3.9M-parameter model", "the demonstrations that ignore the "
                                     "options half the time by a tiny Llama of hidden size 256 (`train-ref --model "
                                     "hidden_size=256 intermediate_size=768`)", f"{HELD}, stage 1 on 512 goals"),
@@ -410,11 +416,22 @@ for name, (what, imitated, *recipe) in OWN_REF_RUNS.items():
                      f"{spread:.1%}; the target was +10 points).")
 from apo_helpers.analysis.readme import ref_spread
 
-for r in ref_spread(RESULTS_DIR).itertuples():  # one recipe from several pi_refs imitated alike
+spread_over_refs = ref_spread(RESULTS_DIR)
+for r in spread_over_refs.itertuples():  # one recipe from several pi_refs imitated alike
     lines.append(f"- One recipe ({r.changes}, {r.iterations} iterations) from {r.pi_refs} π_refs imitated from the same "
                  f"demonstrations ({r.demonstrations}) gains {', '.join(f'{g:+.1%}' for g in r.gains)}: "
                  f"{r.gain_mean:+.1%} ± {r.gain_std:.1%} over π_refs, against a spread over seeds of "
                  f"{r.seed_spread:.1%} (the target was +10 points).")
+if not spread_over_refs.empty and spread_over_refs["start_gain_corr"].notna().any():
+    w = spread_over_refs.loc[spread_over_refs["pi_refs"].idxmax()]  # the recipe run from the most pi_refs
+    closer = np.std(w.means) < np.std(w.starts)
+    lines.append(f"- From the {w.pi_refs} π_refs of the widest of these ({w.changes}, {w.iterations} iterations), "
+                 f"π_ref's test success and the gain correlate at {w.start_gain_corr:+.2f}: the π_refs start between "
+                 f"{min(w.starts):.1%} and {max(w.starts):.1%} (spread {np.std(w.starts):.1%}) and the runs end between "
+                 f"{min(w.means):.1%} and {max(w.means):.1%} (spread {np.std(w.means):.1%})"
+                 + ("; the weaker π_refs gain more and the runs end closer together than they start, so the recipe "
+                    "brings its π_refs toward a common level rather than adding a fixed amount." if closer and w.start_gain_corr < 0
+                    else "."))
 for name, (what, recipe) in SAME_REF_RUNS.items():
     if name in same_ref_tables:
         start = get.loc[f"pi_ref ({what})", "success_rate"]

@@ -137,7 +137,9 @@ def test_ref_spread_table_sets_the_gain_per_pi_ref_beside_the_seeds_spread(tmp_p
     assert cells[6:9] == ["27.5%, 27.0%, 30.0%", "35.0%, 29.0%, 33.0%", "+7.5, +2.0, +3.0"]
     assert cells[9] == "+4.2 ± 2.4"  # gains 7.5, 2.0, 3.0: mean 4.17, population std 2.39
     assert cells[10] == "0.7"        # the seeds' spreads 1.0, 1.0 and 0.0
-    assert cells[11] == "apo_a, apo_b, apo_c"
+    # starts 27.5, 27.0, 30.0 against gains 7.5, 2.0, 3.0: covariance -1.833 over sqrt(5.167 * 17.167) = -0.195
+    assert cells[11] == "-0.19"
+    assert cells[12] == "apo_a, apo_b, apo_c"
     # gains that cancel (float noise below zero) print as +0.0, not -0.0
     other = dict(recipe, apo_overrides="temperature=1.6")
     _seeds(tmp_path / "apo_g_class_seeds.csv", "apo", [0.31, 0.32, 0.31], ref_success=0.32, ref="pi_ref_sloppy_seed_1",
@@ -145,7 +147,7 @@ def test_ref_spread_table_sets_the_gain_per_pi_ref_beside_the_seeds_spread(tmp_p
     _seeds(tmp_path / "apo_h_class_seeds.csv", "apo", [0.265, 0.26, 0.275], ref_success=0.26,
            ref="pi_ref_sloppy_seed_2", ref_score=0.65, **other)
     row = next(line for line in ref_spread_table(tmp_path).splitlines() if "temperature=1.6" in line)
-    assert "| -0.7, +0.7 | +0.0 ± 0.7 |" in row
+    assert "| -0.7, +0.7 | +0.0 ± 0.7 | 0.5 | - |" in row  # two pi_refs: no correlation
 
 
 def test_bench_train_table_and_sections_are_filled(tmp_path):

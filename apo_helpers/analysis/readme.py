@@ -195,13 +195,19 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
     return _markdown(pd.DataFrame(rows))
 
 
+MIN_REFS_FOR_CORRELATION = 3
+"""Below three pi_refs a correlation is +-1 whatever the runs did: ``ref_spread`` leaves it out."""
+
+
 def ref_spread(results: Path = RESULTS_DIR) -> pd.DataFrame:
     """One recipe's gain over pi_ref from several pi_refs trained alike (the same demonstrations description; other
     weights: retrained in place or with ``train-ref --seed``): the runs of one objective with the same ``--set``
     changes and iterations, from two pi_refs or more. One row per such recipe: per pi_ref (lists, in the tables'
     order) its test success, its seeds' mean, their count and the gain; the gains' mean and spread over pi_refs
-    (population std) beside the mean spread over seeds. A gain is the method's only where it outlasts a retrained
-    pi_ref (the README; notebook 04 section 8 tells why)."""
+    (population std) beside the mean spread over seeds, and from three pi_refs on the correlation of pi_ref's test
+    success with the gain (negative where the runs end closer together than their pi_refs start: a weaker pi_ref
+    gains more, toward one level). A gain is the method's only where it outlasts a retrained pi_ref (the README;
+    notebook 04 section 8 tells why; notebook 07 section 2 reads the correlation)."""
     groups, _, descriptions, stems = _pi_ref_groups(results)
     recipes: dict[tuple, dict[tuple, dict]] = {}  # recipe -> pi_ref -> its test success, its runs' and their tables
     for key, frames in groups.items():
@@ -229,6 +235,8 @@ def ref_spread(results: Path = RESULTS_DIR) -> pd.DataFrame:
                      "means": means, "gains": gains.tolist(), "gain_mean": round(gains.mean(), 9) + 0.0,
                      "gain_std": gains.std(ddof=0),
                      "seed_spread": pd.Series([pd.Series(v["runs"]).std(ddof=0) for v in refs]).mean(),
+                     "start_gain_corr": (pd.Series(starts).corr(gains) if len(refs) >= MIN_REFS_FOR_CORRELATION
+                                         else float("nan")),
                      "tables": [t for v in refs for t in v["tables"]]})
     return pd.DataFrame(rows)
 
@@ -248,6 +256,7 @@ def ref_spread_table(results: Path = RESULTS_DIR) -> str | None:
         "gain (mean ± std over pi_refs)": [f"{m * 100:+.1f} ± {s * 100:.1f}"
                                            for m, s in zip(spread["gain_mean"], spread["gain_std"])],
         "spread over seeds (mean std)": [f"{v * 100:.1f}" for v in spread["seed_spread"]],
+        "pi_ref success vs gain (correlation)": ["-" if pd.isna(c) else f"{c:+.2f}" for c in spread["start_gain_corr"]],
         "tables": [", ".join(v) for v in spread["tables"]]})
     return _markdown(table)
 
