@@ -307,6 +307,7 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_h192_avx2_gsvk1024_b03_r2": (AVX2,
                                              f"{HELD}, 60 iterations, re-anchored once on each seed's policy, 60 more"),
     "apo_sloppy_h192_avx2_gsvk1024_b003": (AVX2, f"{HELD}, beta2 0.003"),
+    "apo_sloppy_h192_gsvk1024_b003": ("options ignored, 2.3M-parameter model", f"{HELD}, beta2 0.003"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r2": ("options ignored, 2.3M-parameter model",
                                              f"{HELD}, 60 iterations, re-anchored on the seeds' averaged weights, 60 more"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r3": ("options ignored, 2.3M-parameter model",
@@ -557,8 +558,10 @@ gains.round(3)
 # a second π_ref retrained on the Xeon (the `--seed 1` command), does β₂ = 0.003 end above the held β₂ = 0.03, as
 # it did from the first, where does β₂ = 0.01 fall between them, and does re-anchoring add to β₂ = 0.003 there?
 # And from the strongest 2.3M π_ref, the one retrained on an AMD EPYC with AVX2 kernels, does re-anchoring add to
-# the held recipe there, and does β₂ = 0.003 end above 0.03 from it too? Each difference is given on val too where both sides were played there (the `(val)`
-# columns): the same question asked of 200 other unseen goals.
+# the held recipe there, and does β₂ = 0.003 end above 0.03 from it too? And from the first 2.3M π_ref, the one
+# every re-anchored round above started from, does β₂ = 0.003 end above 0.03, and how does its one round compare
+# with the rounds re-anchored once and twice? Each difference is given on val too where
+# both sides were played there (the `(val)` columns): the same question asked of 200 other unseen goals.
 
 # %%
 if not gains.empty:
@@ -573,6 +576,8 @@ if not gains.empty:
              (f"{xeon}_v003", xeon), (f"{xeon}_v01", xeon), (f"{xeon}_v003", f"{xeon}_v01"),
              (f"{xeon}_r2", xeon), (f"{xeon}_r3", f"{xeon}_r2"), (f"{avx2}_r2", avx2),
              ("apo_sloppy_h192_avx2_gsvk1024_b003", avx2), ("apo_sloppy_h192_avx2_gsvk1024_b003", f"{avx2}_r2"),
+             ("apo_sloppy_h192_gsvk1024_b003", held), ("apo_sloppy_h192_gsvk1024_b003", f"{held}_r2"),
+             ("apo_sloppy_h192_gsvk1024_b003", f"{held}_r3"),
              (f"{xeon}_r3_v01", f"{xeon}_r3"),
              ("apo_sloppy_h192_xeon_gsvk1024_b01", xeon), ("apo_sloppy_h192_xeon_gsdk1024_b03", xeon),
              ("apo_sloppy_h192_xeon_gsvk1024_b003", "apo_sloppy_h192_xeon_gsvk1024_b01"),
@@ -726,6 +731,16 @@ show_beta2_sweep(XEON_SEED1_BETA2_RUNS,
 AVX2_BETA2_RUNS = {0.03: "apo_sloppy_h192_avx2_gsvk1024_b03", 0.003: "apo_sloppy_h192_avx2_gsvk1024_b003"}
 show_beta2_sweep(AVX2_BETA2_RUNS, "β₂ from the AVX2 π_ref, held recipe, 60 iterations (three seeds each)",
                  "07_beta2_sweep_avx2")
+
+# %% [markdown]
+# And from the first 2.3M π_ref (retrained for this run with its `train-ref` command on the same kind of machine,
+# an AMD EPYC with AVX-512 kernels: its stage-1 table's key, which hashes π_ref's weights, is the one its held
+# seeds used), the π_ref whose chain re-anchored twice came closest to the target:
+
+# %%
+FIRST_BETA2_RUNS = {0.03: "apo_sloppy_h192_gsvk1024_b03", 0.003: "apo_sloppy_h192_gsvk1024_b003"}
+show_beta2_sweep(FIRST_BETA2_RUNS, "β₂ from the first 2.3M π_ref, held recipe, 60 iterations (three seeds each)",
+                 "07_beta2_sweep_first")
 
 # %% [markdown]
 # Is the search turn's KL weight what holds the smallest β₂ back? A*PO's gradient scales with β₂, the KL term's
