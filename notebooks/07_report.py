@@ -283,6 +283,8 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_h192_xeon_gsvk1024_b001": (XEON, f"{HELD}, beta2 0.001 (the paper's)"),
     "apo_sloppy_h192_xeon_gsvk1024_b001_k001": (XEON, "greedy search held by its distributions' KL (weight 0.001), "
                                                       "beta2 0.001"),
+    "apo_sloppy_h192_xeon_gsvk1024_b003_k003": (XEON, "greedy search held by its distributions' KL (weight 0.003), "
+                                                      "beta2 0.003"),
     "apo_sloppy_h192_xeon_gsvk1024_b003_r2": (XEON, f"{HELD}, beta2 0.003, 60 iterations, re-anchored once on each "
                                                     f"seed's policy, 60 more"),
     "apo_sloppy_h192_xeon_gsvk1024_b003_it120": (XEON, f"{HELD}, beta2 0.003, 120 iterations"),
@@ -554,7 +556,8 @@ gains.round(3)
 # β₂ = 0.01 and the goals whose samples disagree (`keep_disagreeing`), measured before from the 1.1M π_ref, change the
 # first round from this one, does β₂ below 0.01 add to it, how does one round at β₂ = 0.003 compare with the
 # twice re-anchored round, does re-anchoring add to β₂ = 0.003, does β₂ = 0.001 gain with the search turn's KL
-# weight scaled down with it, and do re-anchoring that round or 120 iterations at β₂ = 0.003 add to them? And from
+# weight scaled down with it, and β₂ = 0.003 with it scaled the same way (`greedy_kl=0.003`), and do re-anchoring
+# that round or 120 iterations at β₂ = 0.003 add to them? And from
 # a second π_ref retrained on the Xeon (the `--seed 1` command), does β₂ = 0.003 end above the held β₂ = 0.03, as
 # it did from the first, where does β₂ = 0.01 fall between them, and does re-anchoring add to β₂ = 0.003 there?
 # And from the strongest 2.3M π_ref, the one retrained on an AMD EPYC with AVX2 kernels, does re-anchoring add to
@@ -587,6 +590,8 @@ if not gains.empty:
              ("apo_sloppy_h192_xeon_gsvk1024_b003_r2", f"{xeon}_r3"),
              ("apo_sloppy_h192_xeon_gsvk1024_b001_k001", "apo_sloppy_h192_xeon_gsvk1024_b001"),
              ("apo_sloppy_h192_xeon_gsvk1024_b001_k001", "apo_sloppy_h192_xeon_gsvk1024_b01"),
+             ("apo_sloppy_h192_xeon_gsvk1024_b003_k003", "apo_sloppy_h192_xeon_gsvk1024_b003"),
+             ("apo_sloppy_h192_xeon_gsvk1024_b003_k003", "apo_sloppy_h192_xeon_gsvk1024_b001_k001"),
              ("apo_sloppy_h192_xeon_gsvk1024_b001_k001_r2", "apo_sloppy_h192_xeon_gsvk1024_b001_k001"),
              ("apo_sloppy_h192_xeon_gsvk1024_b001_k001_r2", "apo_sloppy_h192_xeon_gsvk1024_b003_r2"),
              ("apo_sloppy_h192_xeon_gsvk1024_b003_it120", "apo_sloppy_h192_xeon_gsvk1024_b003"),
@@ -745,22 +750,28 @@ show_beta2_sweep(FIRST_BETA2_RUNS, "β₂ from the first 2.3M π_ref, held recip
 # %% [markdown]
 # Is the search turn's KL weight what holds the smallest β₂ back? A*PO's gradient scales with β₂, the KL term's
 # with `greedy_kl`; at β₂ = 0.01 and `greedy_kl=0.01` the two stand in a ratio of 1. The same ratio at β₂ = 0.001
-# takes `greedy_kl=0.001` (run `apo_sloppy_h192_xeon_gsvk1024_b001_k001`, otherwise the held recipe):
+# takes `greedy_kl=0.001` (run `apo_sloppy_h192_xeon_gsvk1024_b001_k001`, otherwise the held recipe), and at
+# β₂ = 0.003, the best first round from this π_ref, `greedy_kl=0.003` (`apo_sloppy_h192_xeon_gsvk1024_b003_k003`):
 
 # %%
 SCALED_KL_RUNS = {"β₂ 0.01, greedy_kl 0.01": "apo_sloppy_h192_xeon_gsvk1024_b01",
                   "β₂ 0.001, greedy_kl 0.01": "apo_sloppy_h192_xeon_gsvk1024_b001",
-                  "β₂ 0.001, greedy_kl 0.001": "apo_sloppy_h192_xeon_gsvk1024_b001_k001"}
+                  "β₂ 0.001, greedy_kl 0.001": "apo_sloppy_h192_xeon_gsvk1024_b001_k001",
+                  "β₂ 0.003, greedy_kl 0.01": "apo_sloppy_h192_xeon_gsvk1024_b003",
+                  "β₂ 0.003, greedy_kl 0.003": "apo_sloppy_h192_xeon_gsvk1024_b003_k003"}
 scaled_kl = sweep_table(SCALED_KL_RUNS)
 if scaled_kl["value"].nunique() == len(SCALED_KL_RUNS):
     scaled_summary = sweep_summary(scaled_kl).loc[list(SCALED_KL_RUNS)]
     display(scaled_summary.drop(columns="run").round(3))
-    scaled, fixed = (scaled_summary.loc[f"β₂ 0.001, greedy_kl {w}"] for w in ("0.001", "0.01"))
-    display(Markdown(
-        f"- With the KL weight scaled down with β₂, β₂ = 0.001 ends at {scaled['test success']:.1%} "
-        f"({scaled['gain over π_ref']:+.1%} over π_ref, {int(scaled['seeds'])} seeds) against {fixed['test success']:.1%} "
-        f"at the fixed weight, with a late KL of {scaled['KL (late)']:.2f} nats against {fixed['KL (late)']:.2f}; "
-        f"the paired intervals are in section 3's table above."))
+    lines = []
+    for beta2 in ("0.001", "0.003"):
+        scaled, fixed = (scaled_summary.loc[f"β₂ {beta2}, greedy_kl {w}"] for w in (beta2, "0.01"))
+        lines.append(
+            f"- With the KL weight scaled down with β₂, β₂ = {beta2} ends at {scaled['test success']:.1%} "
+            f"({scaled['gain over π_ref']:+.1%} over π_ref, {int(scaled['seeds'])} seeds) against "
+            f"{fixed['test success']:.1%} at the fixed weight, with a late KL of {scaled['KL (late)']:.2f} nats "
+            f"against {fixed['KL (late)']:.2f}.")
+    display(Markdown("\n".join(lines + ["- The paired intervals are in section 3's table above."])))
 
 # %% [markdown]
 # ## 4. Key figures
