@@ -136,7 +136,32 @@ def cmd_train_ref(args) -> int:
     metrics["numerics"] = numerics()  # what a retrain elsewhere must match to give these numbers
     atomic_write_text(Path(args.out) / "metrics.json", json.dumps(metrics, indent=1) + "\n")
     print(json.dumps(metrics) if args.json else json.dumps(metrics, indent=1))
+    mismatch = committed_reference_mismatch(Path(args.out).name, metrics, RESULTS_DIR)
+    if mismatch:
+        print(f"train-ref: warning: {mismatch}", file=sys.stderr)
     return 0
+
+
+def committed_reference_mismatch(name: str, metrics: dict, results_dir: Path) -> str | None:
+    """Why a freshly trained pi_ref is not the one committed under the same folder name, or None. Introduced with
+    the 2.3M pi_refs (notebook 07): ``train-ref`` names its folder by its command, so the same command on another
+    CPU kind writes another policy under a committed name, and every run and per-goal table from it would be filed
+    under the wrong pi_ref. Compared: success on each split both evaluated."""
+    committed_file = results_dir / f"{name}.json"
+    if not committed_file.exists():
+        return None
+    committed = json.loads(committed_file.read_text())
+    differences = [f"{split} success {metrics[split]['success_rate']:.3f} here, {committed[split]['success_rate']:.3f} "
+                   f"committed" for split in ("val", "test")
+                   if split in metrics and split in committed
+                   and abs(metrics[split]["success_rate"] - committed[split]["success_rate"]) > 1e-9]
+    if not differences:
+        return None
+    here = metrics.get("numerics", {}).get("processor", "?")
+    there = committed.get("numerics", {}).get("processor", "?")
+    return (f"this pi_ref is not the committed {name} ({'; '.join(differences)}; processor here {here!r}, "
+            f"committed {there!r}): another CPU kind trains another policy. Give it its own folder (--out "
+            f"runs/{name}_<machine>) before training or saving anything from it.")
 
 
 def cmd_sweep_ref(args) -> int:

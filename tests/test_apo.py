@@ -230,6 +230,25 @@ def test_cli_train_ref_records_the_goals_it_drew_demonstrations_from(tmp_path, c
     assert {"val", "test"} <= set(metrics)
 
 
+def test_committed_reference_mismatch_names_the_differing_split_and_the_processors(tmp_path):
+    """A retrained pi_ref whose success differs from the committed file of the same name is called out (another
+    CPU kind, another policy under a committed name); an equal one, or a name with no committed file, is not."""
+    from apo_helpers.__main__ import committed_reference_mismatch
+
+    committed = {"val": {"success_rate": 0.335}, "test": {"success_rate": 0.295},
+                 "numerics": {"processor": "AMD EPYC"}}
+    (tmp_path / "pi_ref_x.json").write_text(json.dumps(committed))
+    same = {"val": {"success_rate": 0.335}, "test": {"success_rate": 0.295}, "numerics": {"processor": "Xeon"}}
+    assert committed_reference_mismatch("pi_ref_x", same, tmp_path) is None
+    assert committed_reference_mismatch("pi_ref_new", {**same, "test": {"success_rate": 0.5}}, tmp_path) is None
+    other = {**same, "test": {"success_rate": 0.33}}
+    message = committed_reference_mismatch("pi_ref_x", other, tmp_path)
+    assert message and "test success 0.330 here, 0.295 committed" in message and "val" not in message.split("(")[1]
+    assert "'Xeon'" in message and "'AMD EPYC'" in message and "runs/pi_ref_x_<machine>" in message
+    unevaluated = {"numerics": {"processor": "Xeon"}}  # --no-eval: nothing to compare
+    assert committed_reference_mismatch("pi_ref_x", unevaluated, tmp_path) is None
+
+
 def test_cli_train_ref_no_eval_saves_pi_ref_without_evaluating_it(tmp_path, monkeypatch):
     """``--no-eval`` (a pretrained pi_ref's evaluations cost minutes): the model and the training metrics are
     saved, and no evaluation runs."""
