@@ -150,6 +150,37 @@ def test_ref_spread_table_sets_the_gain_per_pi_ref_beside_the_seeds_spread(tmp_p
     assert "| -0.7, +0.7 | +0.0 ± 0.7 | 0.5 | - |" in row  # two pi_refs: no correlation
 
 
+def test_starts_and_ends_gives_every_run_its_first_pi_ref_and_seeds(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from apo_helpers.analysis import plots
+    from apo_helpers.analysis.readme import starts_and_ends
+
+    assert starts_and_ends(tmp_path).empty
+    _seeds(tmp_path / "apo_class_seeds.csv", "apo", [0.40, 0.45, 0.50])  # an older table: no size, no rounds
+    _seeds(tmp_path / "apo_wide_r2_class_seeds.csv", "apo", [0.36, 0.38], ref_success=0.295, ref="pi_ref_wide",
+           ref_model_size="hidden 192, 4 layers, 2.3M parameters", ref_rounds=1, ref_iterations=60)
+    orphan = pd.DataFrame([{"objective": "apo", "seed": 0, "test_success": 0.3, "test_score": 0.7}])
+    orphan.to_csv(tmp_path / "apo_orphan_class_seeds.csv", index=False)  # no pi_ref row: left out
+    table = starts_and_ends(tmp_path).set_index("table")
+    assert sorted(table.index) == ["apo", "apo_wide_r2"]
+    first, wide = table.loc["apo"], table.loc["apo_wide_r2"]
+    assert (first["start"], first["lowest"], first["highest"], first["seeds"]) == (0.385, 0.40, 0.50, 3)
+    assert first["end"] == pytest.approx(0.45) and (first["model"], first["rounds"]) == ("1.1M", 0)
+    assert (wide["start"], wide["model"], wide["rounds"], wide["seeds"]) == (0.295, "2.3M", 1, 2)
+    assert wide["end"] == pytest.approx(0.37)
+    fig = plots.start_and_end(table.reset_index(), target=0.10)
+    ax = fig.axes[0]
+    points = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert sorted(p.get_xdata()[0] for p in points) == [0.295, 0.385]  # one point per run, at its pi_ref's start
+    target = next(line for line in ax.get_lines() if line.get_linestyle() == "--")
+    assert target.get_ydata()[0] - target.get_xdata()[0] == pytest.approx(0.10)
+    plt.close(fig)
+
+
 def test_bench_train_table_and_sections_are_filled(tmp_path):
     (tmp_path / "bench_train.json").write_text(json.dumps({
         "batch_goals": 32, "device": "cpu", "torch_threads": 2, "seconds_median": 5.5, "rollout_seconds_median": 2.0,

@@ -11,7 +11,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from apo_helpers.analysis import plots  # noqa: E402
-from apo_helpers.analysis.sweeps import SWEEP_COLUMNS, sweep_summary, sweep_table  # noqa: E402
+from apo_helpers.analysis.sweeps import SWEEP_COLUMNS, labelled_summary, sweep_summary, sweep_table  # noqa: E402
 
 REF = "pi_ref_a"
 
@@ -42,6 +42,23 @@ def test_one_row_per_value_and_seed_with_the_late_window_kl(tmp_path):
     assert small.loc[1, "grad_norm"] == pytest.approx(0.5)
     assert small.loc[0, "test_success"] == pytest.approx(0.40)
     assert (table["ref_test_success"] == 0.3).all()
+
+
+def test_labelled_summary_keeps_the_given_order_and_adds_the_option_columns(tmp_path):
+    write_run(tmp_path, "plain", [0.35, 0.37], [1.0, 2.0])
+    write_run(tmp_path, "drawn", [0.40, 0.38], [3.0, 5.0])
+    runs = {"without draws": "plain", "with draws": "drawn"}
+    seeds = pd.read_csv(tmp_path / "drawn_class_seeds.csv")
+    seeds["test_option_clicked"], seeds["test_options_right"], seeds["test_invalid_rate"] = 0.8, 0.25, 0.1
+    seeds.loc[seeds["objective"] == "pi_ref", "test_option_clicked"] = 0.0  # pi_ref's row is not averaged in
+    seeds.to_csv(tmp_path / "drawn_class_seeds.csv", index=False)
+    summary = labelled_summary(runs, results=tmp_path)
+    assert list(summary.index) == ["without draws", "with draws"]  # the given order, not sorted by label
+    assert summary.loc["with draws", "test success"] == pytest.approx(0.39)
+    assert summary.loc["with draws", "option clicked"] == pytest.approx(0.8)
+    assert summary.loc["with draws", "invalid actions"] == pytest.approx(0.1)
+    assert pd.isna(summary.loc["without draws", "every value right"])  # an older table without the column
+    assert labelled_summary({**runs, "missing": "not_committed"}, results=tmp_path) is None
 
 
 def test_the_window_can_move(tmp_path):

@@ -108,3 +108,40 @@ def sweep_effect(table: pd.DataFrame, setting: str = "β₂", target: float | No
     spread = "mean of seeds, bar from the lowest seed to the highest"
     fig.suptitle(f"{title}\n{spread}" if title else spread, y=1.13)
     return fig
+
+
+MODEL_COLORS = {"1.1M": "#4c72b0", "2.3M": "#dd8452", "3.9M": "#55a868"}
+"""A colour per tiny-Llama size in ``start_and_end`` (other sizes are drawn grey)."""
+
+
+def start_and_end(table: pd.DataFrame, target: float | None = None, title: str = "", ax=None):
+    """Every trained run as one point (notebook 07 section 1): its pi_ref's test success across, its seeds' mean up,
+    with a bar from the lowest seed to the highest; coloured by model size, hollow for re-anchored runs (whose
+    ``start`` is their first pi_ref). The diagonal is "no change"; with ``target`` a dashed line that many points
+    above it. ``table`` is a ``readme.starts_and_ends``. Points above the diagonal gained; a flat cloud means the
+    runs end near one level whatever their start."""
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6, 5))
+    for model, rows in table.groupby("model"):
+        color = MODEL_COLORS.get(model, "#999999")
+        for anchored, part in rows.groupby(rows["rounds"] > 0):
+            err = [part["end"] - part["lowest"], part["highest"] - part["end"]]
+            ax.errorbar(part["start"], part["end"], yerr=err, fmt="o", ms=5, capsize=2, elinewidth=0.8,
+                        color=color, mfc="white" if anchored else color, alpha=0.85,
+                        label=f"{model}{', re-anchored' if anchored else ''} ({len(part)})")
+    if not table.empty:
+        low = min(table["start"].min(), table["lowest"].min()) - 0.02
+        high = max(table["start"].max() + (target or 0), table["highest"].max()) + 0.02
+        line = pd.Series([low, high])
+        ax.plot(line, line, color="#999999", lw=1, label="no change")
+        if target is not None:
+            ax.plot(line, line + target, color="#c44e52", ls="--", lw=1, label=f"π_ref + {target * 100:g} points")
+        ax.set_xlim(low, high)
+        ax.set_ylim(low, high)
+    percent = plt.FuncFormatter(lambda v, _: f"{v:.0%}")
+    ax.xaxis.set_major_formatter(percent)
+    ax.yaxis.set_major_formatter(percent)
+    ax.set_xlabel("π_ref's test success (the run's first π_ref)")
+    ax.set_ylabel("after training: test success (mean of seeds)")
+    ax.set_title(title)
+    ax.legend(loc="upper left", fontsize=7)
+    return fig

@@ -195,6 +195,20 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
     return _markdown(pd.DataFrame(rows))
 
 
+def _trained_runs(results: Path):
+    """Each trained objective of each ``*_class_seeds.csv`` table that has a pi_ref row, grouped as
+    ``_pi_ref_groups`` groups them: (its pi_ref's key, the table's name, pi_ref's test success, the objective, its
+    seeds' rows)."""
+    groups, _, _, stems = _pi_ref_groups(results)
+    for key, frames in groups.items():
+        for df in frames:
+            ref = df.loc[df["objective"] == "pi_ref", "test_success"]
+            if not len(ref):
+                continue
+            for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
+                yield key, stems[id(df)], float(ref.iloc[0]), objective, runs
+
+
 MIN_REFS_FOR_CORRELATION = 3
 """Below three pi_refs a correlation is +-1 whatever the runs did: ``ref_spread`` leaves it out."""
 
@@ -208,19 +222,13 @@ def ref_spread(results: Path = RESULTS_DIR) -> pd.DataFrame:
     success with the gain (negative where the runs end closer together than their pi_refs start: a weaker pi_ref
     gains more, toward one level). A gain is the method's only where it outlasts a retrained pi_ref (the README;
     notebook 04 section 8 tells why; notebook 07 section 2 reads the correlation)."""
-    groups, _, descriptions, stems = _pi_ref_groups(results)
+    _, _, descriptions, _ = _pi_ref_groups(results)
     recipes: dict[tuple, dict[tuple, dict]] = {}  # recipe -> pi_ref -> its test success, its runs' and their tables
-    for key, frames in groups.items():
-        for df in frames:
-            ref = df.loc[df["objective"] == "pi_ref", "test_success"]
-            if not len(ref):
-                continue
-            for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
-                recipe = (descriptions[key], objective, _recipe(runs), int(runs["iterations"].iloc[0]))
-                entry = recipes.setdefault(recipe, {}).setdefault(
-                    key, {"start": float(ref.iloc[0]), "runs": [], "tables": []})
-                entry["runs"].extend(runs["test_success"].tolist())
-                entry["tables"].append(stems[id(df)])
+    for key, table, start, objective, runs in _trained_runs(results):
+        recipe = (descriptions[key], objective, _recipe(runs), int(runs["iterations"].iloc[0]))
+        entry = recipes.setdefault(recipe, {}).setdefault(key, {"start": start, "runs": [], "tables": []})
+        entry["runs"].extend(runs["test_success"].tolist())
+        entry["tables"].append(table)
     rows = []
     for (base, objective, changes, iterations), per_ref in recipes.items():
         if len(per_ref) < 2:
@@ -239,6 +247,28 @@ def ref_spread(results: Path = RESULTS_DIR) -> pd.DataFrame:
                                          else float("nan")),
                      "tables": [t for v in refs for t in v["tables"]]})
     return pd.DataFrame(rows)
+
+
+def starts_and_ends(results: Path = RESULTS_DIR) -> pd.DataFrame:
+    """Where every trained run starts and ends (notebook 07 section 1's figure): one row per objective of each
+    ``*_class_seeds.csv`` table, with its pi_ref row's test success (``start``; for a re-anchored run the first
+    pi_ref's, the one its gain is counted from), its seeds' mean, lowest and highest test success, their count, the
+    model size its pi_ref records (``1.1M`` where the table does not: the class model), how many re-anchored rounds
+    came before it (``rounds``) and the table's name. Tables without a pi_ref row are left out."""
+    _, labels, _, _ = _pi_ref_groups(results)
+    rows = []
+    for key, table, start, objective, runs in _trained_runs(results):
+        size = runs["ref_model_size"].dropna() if "ref_model_size" in runs else pd.Series(dtype=str)
+        rounds = runs["ref_rounds"].dropna() if "ref_rounds" in runs else pd.Series(dtype=float)
+        rows.append({"table": table, "objective": objective, "pi_ref": labels[key], "start": start,
+                     "end": runs["test_success"].mean(), "lowest": runs["test_success"].min(),
+                     "highest": runs["test_success"].max(), "seeds": len(runs),
+                     "iterations": int(runs["iterations"].iloc[0]),
+                     "model": size.iloc[0].split(", ")[-1].removesuffix(" parameters") if len(size) else "1.1M",
+                     "rounds": int(rounds.iloc[0]) if len(rounds) else 0})
+    columns = ["table", "objective", "pi_ref", "start", "end", "lowest", "highest", "seeds", "iterations", "model",
+               "rounds"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def ref_spread_table(results: Path = RESULTS_DIR) -> str | None:

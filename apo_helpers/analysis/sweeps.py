@@ -86,3 +86,21 @@ def sweep_summary(table: pd.DataFrame) -> pd.DataFrame:
         "|log π/π_ref| (late)": grouped["log_ratio_abs"].mean(),
         "gradient norm (late)": grouped["grad_norm"].mean()})
     return summary.sort_index()
+
+
+def labelled_summary(runs: dict[str, str], profile: str = "class", results: Path = RESULTS_DIR) -> pd.DataFrame | None:
+    """``sweep_summary`` of runs compared under labels rather than one swept number (notebook 07 section 3), in the
+    order of ``runs``, with the seeds' means of the greedy test episodes' option columns beside it (``option
+    clicked``, ``every value right``: on the test goals that ask for an option) and their invalid actions. None while
+    any of the runs' tables is not committed."""
+    table = sweep_table(runs, profile=profile, results=results)
+    if table.empty or table["value"].nunique() < len(runs):
+        return None
+    summary = sweep_summary(table).loc[list(runs)]
+    seeds = {label: committed_tables(name, profile, results)["seeds"].query("objective != 'pi_ref'")
+             for label, name in runs.items()}
+    for column, title in (("test_option_clicked", "option clicked"), ("test_options_right", "every value right"),
+                          ("test_invalid_rate", "invalid actions")):
+        summary[title] = [seeds[label][column].mean() if column in seeds[label] else float("nan")
+                          for label in summary.index]
+    return summary
