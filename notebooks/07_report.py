@@ -288,6 +288,8 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_h192_xeon_gsvk1024_b003_r2": (XEON, f"{HELD}, beta2 0.003, 60 iterations, re-anchored once on each "
                                                     f"seed's policy, 60 more"),
     "apo_sloppy_h192_xeon_gsvk1024_b003_it120": (XEON, f"{HELD}, beta2 0.003, 120 iterations"),
+    "apo_sloppy_h192_xeon_gsvko03h_b003": (XEON, f"{HELD}, beta2 0.003, {DRAWN}, failed draws held at pi_ref"),
+    "apo_sloppy_h192_xeon_gsvko03h_b03": (XEON, f"{HELD}, {DRAWN}, failed draws held at pi_ref"),
     "apo_sloppy_h192_seed1_xeon_gsvk1024_b003": (XEON_SEED1, f"{HELD}, beta2 0.003"),
     "apo_sloppy_h192_seed1_xeon_gsvk1024_b01": (XEON_SEED1, f"{HELD}, beta2 0.01"),
     "apo_sloppy_h192_seed1_xeon_gsvk1024_b003_r2": (XEON_SEED1, f"{HELD}, beta2 0.003, 60 iterations, re-anchored "
@@ -370,15 +372,34 @@ if profile.name == "class":
 with pd.option_context("display.max_rows", None):  # every row, however many runs the report holds
     display(summary.set_index("method").round(3))
 
+# %% [markdown]
+# The table is too long to read as bars. The figure keeps two views: on the left the class pipeline (the scripted
+# agents, π_ref, the A*PO seeds and the comparison's objectives, all from the same π_ref); on the right every trained
+# run as one point, where its π_ref started (across) and where its seeds ended (up). A run on the dashed line would
+# meet the target.
+
 # %%
-fig, ax = plt.subplots(figsize=(7, 4.2))
-colors = ["#999999" if m in ("random", "rule", "expert", "oracle") else
-          "#dd8452" if m.endswith("(comparison)") else "#4c72b0" for m in summary["method"]]
-ax.barh(summary["method"], summary["success_rate"], color=colors)
-ax.set_xlim(0, 1); ax.set_xlabel("test success (greedy)"); ax.invert_yaxis()
-ax.set_title("every method on the same 200 test goals")
+from apo_helpers.analysis.readme import starts_and_ends
+
+SCRIPTED = ("random", "rule", "expert", "oracle")
+in_pipeline = summary["method"].isin([*SCRIPTED, "pi_ref", "apo"]) | summary["method"].str.endswith("(comparison)")
+pipeline = summary[in_pipeline]
+runs_start_end = starts_and_ends(RESULTS_DIR)
+fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [1, 1.15]})
+colors = ["#999999" if m in SCRIPTED else "#dd8452" if m.endswith("(comparison)") else "#4c72b0"
+          for m in pipeline["method"]]
+left.barh(pipeline["method"], pipeline["success_rate"], color=colors)
+left.set_xlim(0, 1); left.set_xlabel("test success (greedy)"); left.invert_yaxis()
+left.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
+left.set_title("the class pipeline on the 200 test goals")
+plots.start_and_end(runs_start_end, target=0.10, ax=right,
+                    title=f"all {len(runs_start_end)} trained runs: where π_ref started, where the seeds ended")
 plots.save(fig, "07_summary")
 plt.show()
+gains = runs_start_end["end"] - runs_start_end["start"]
+above = runs_start_end[gains >= 0.10]
+print(f"runs whose seeds' mean gained 10 points or more: {len(above)} of {len(runs_start_end)}; the highest mean "
+      f"ends at {runs_start_end['end'].max():.1%}, the largest gain is {gains.max():+.1%}")
 
 # %% [markdown]
 # ## 2. What the numbers say
@@ -563,7 +584,9 @@ gains.round(3)
 # And from the strongest 2.3M π_ref, the one retrained on an AMD EPYC with AVX2 kernels, does re-anchoring add to
 # the held recipe there, and does β₂ = 0.003 end above 0.03 from it too? And from the first 2.3M π_ref, the one
 # every re-anchored round above started from, does β₂ = 0.003 end above 0.03, and how does its one round compare
-# with the rounds re-anchored once and twice? Each difference is given on val too where
+# with the rounds re-anchored once and twice? And from the Xeon π_ref again, does drawing the option values with
+# the failed draws held at π_ref (`explore_options=0.3 hold_failed_draws=True`) add to β₂ = 0.003, or to the held
+# β₂ = 0.03? Each difference is given on val too where
 # both sides were played there (the `(val)` columns): the same question asked of 200 other unseen goals.
 
 # %%
@@ -599,7 +622,10 @@ if not gains.empty:
              ("apo_sloppy_h192_seed1_xeon_gsvk1024_b003", "apo_sloppy_h192_seed1_xeon_gsvk1024_b03"),
              ("apo_sloppy_h192_seed1_xeon_gsvk1024_b01", "apo_sloppy_h192_seed1_xeon_gsvk1024_b03"),
              ("apo_sloppy_h192_seed1_xeon_gsvk1024_b003", "apo_sloppy_h192_seed1_xeon_gsvk1024_b01"),
-             ("apo_sloppy_h192_seed1_xeon_gsvk1024_b003_r2", "apo_sloppy_h192_seed1_xeon_gsvk1024_b003")]
+             ("apo_sloppy_h192_seed1_xeon_gsvk1024_b003_r2", "apo_sloppy_h192_seed1_xeon_gsvk1024_b003"),
+             ("apo_sloppy_h192_xeon_gsvko03h_b003", "apo_sloppy_h192_xeon_gsvk1024_b003"),
+             ("apo_sloppy_h192_xeon_gsvko03h_b03", xeon),
+             ("apo_sloppy_h192_xeon_gsvko03h_b003", "apo_sloppy_h192_xeon_gsvko03h_b03")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
@@ -682,7 +708,7 @@ if outcomes_path.exists() and (outcomes["split"] == "val").any():
 # in the table above.
 
 # %%
-from apo_helpers.analysis.sweeps import sweep_summary, sweep_table
+from apo_helpers.analysis.sweeps import labelled_summary, sweep_summary, sweep_table
 
 XEON_BETA2_RUNS = {0.03: "apo_sloppy_h192_xeon_gsvk1024_b03", 0.01: "apo_sloppy_h192_xeon_gsvk1024_b01",
                    0.003: "apo_sloppy_h192_xeon_gsvk1024_b003", 0.001: "apo_sloppy_h192_xeon_gsvk1024_b001"}
@@ -759,9 +785,8 @@ SCALED_KL_RUNS = {"β₂ 0.01, greedy_kl 0.01": "apo_sloppy_h192_xeon_gsvk1024_b
                   "β₂ 0.001, greedy_kl 0.001": "apo_sloppy_h192_xeon_gsvk1024_b001_k001",
                   "β₂ 0.003, greedy_kl 0.01": "apo_sloppy_h192_xeon_gsvk1024_b003",
                   "β₂ 0.003, greedy_kl 0.003": "apo_sloppy_h192_xeon_gsvk1024_b003_k003"}
-scaled_kl = sweep_table(SCALED_KL_RUNS)
-if scaled_kl["value"].nunique() == len(SCALED_KL_RUNS):
-    scaled_summary = sweep_summary(scaled_kl).loc[list(SCALED_KL_RUNS)]
+scaled_summary = labelled_summary(SCALED_KL_RUNS)
+if scaled_summary is not None:
     display(scaled_summary.drop(columns="run").round(3))
     lines = []
     for beta2 in ("0.001", "0.003"):
@@ -771,6 +796,32 @@ if scaled_kl["value"].nunique() == len(SCALED_KL_RUNS):
             f"({scaled['gain over π_ref']:+.1%} over π_ref, {int(scaled['seeds'])} seeds) against "
             f"{fixed['test success']:.1%} at the fixed weight, with a late KL of {scaled['KL (late)']:.2f} nats "
             f"against {fixed['KL (late)']:.2f}.")
+    display(Markdown("\n".join(lines + ["- The paired intervals are in section 3's table above."])))
+
+# %% [markdown]
+# Does drawing the value the policy leaves out help once the draws that fail cost nothing? With option values drawn
+# on 30% of the item-page turns (`explore_options=0.3`), a drawn value is wrong more often than right, and A*PO's
+# regression pushes a failed draw's tokens down; `hold_failed_draws=True` regresses every trajectory with a drawn
+# turn whose return fell below V* onto an advantage of 0 instead, so only the draws that paid move the policy
+# (notebook 04 section 8). From the Xeon π_ref, at the held β₂ = 0.03 and at β₂ = 0.003, against the same β₂
+# without draws; the option columns are the seeds' means on the test goals that ask for an option:
+
+# %%
+DRAWN_HELD_RUNS = {"β₂ 0.03, no draws": "apo_sloppy_h192_xeon_gsvk1024_b03",
+                   "β₂ 0.03, values drawn, failed draws held": "apo_sloppy_h192_xeon_gsvko03h_b03",
+                   "β₂ 0.003, no draws": "apo_sloppy_h192_xeon_gsvk1024_b003",
+                   "β₂ 0.003, values drawn, failed draws held": "apo_sloppy_h192_xeon_gsvko03h_b003"}
+drawn_summary = labelled_summary(DRAWN_HELD_RUNS)
+if drawn_summary is not None:
+    display(drawn_summary.drop(columns="run").round(3))
+    lines = []
+    for beta2 in ("0.03", "0.003"):
+        drawn, plain = (drawn_summary.loc[f"β₂ {beta2}, {what}"] for what in ("values drawn, failed draws held",
+                                                                               "no draws"))
+        lines.append(f"- At β₂ = {beta2} the draws end at {drawn['test success']:.1%} ({drawn['gain over π_ref']:+.1%} "
+                     f"over π_ref) against {plain['test success']:.1%} without them; an option clicked on "
+                     f"{drawn['option clicked']:.1%} of the goals that ask for one ({plain['option clicked']:.1%}), "
+                     f"every value right on {drawn['every value right']:.1%} ({plain['every value right']:.1%}).")
     display(Markdown("\n".join(lines + ["- The paired intervals are in section 3's table above."])))
 
 # %% [markdown]
