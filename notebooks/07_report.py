@@ -396,10 +396,10 @@ plots.start_and_end(runs_start_end, target=0.10, ax=right,
                     title=f"all {len(runs_start_end)} trained runs: where π_ref started, where the seeds ended")
 plots.save(fig, "07_summary")
 plt.show()
-gains = runs_start_end["end"] - runs_start_end["start"]
-above = runs_start_end[gains >= 0.10]
+run_gains = runs_start_end["end"] - runs_start_end["start"]  # section 3's `gains` is another table
+above = runs_start_end[run_gains >= 0.10]
 print(f"runs whose seeds' mean gained 10 points or more: {len(above)} of {len(runs_start_end)}; the highest mean "
-      f"ends at {runs_start_end['end'].max():.1%}, the largest gain is {gains.max():+.1%}")
+      f"ends at {runs_start_end['end'].max():.1%}, the largest gain is {run_gains.max():+.1%}")
 
 # %% [markdown]
 # ## 2. What the numbers say

@@ -195,11 +195,9 @@ def trained_table(results: Path = RESULTS_DIR) -> str | None:
     return _markdown(pd.DataFrame(rows))
 
 
-def _trained_runs(results: Path):
-    """Each trained objective of each ``*_class_seeds.csv`` table that has a pi_ref row, grouped as
-    ``_pi_ref_groups`` groups them: (its pi_ref's key, the table's name, pi_ref's test success, the objective, its
-    seeds' rows)."""
-    groups, _, _, stems = _pi_ref_groups(results)
+def _trained_runs(groups: dict, stems: dict):
+    """Each trained objective of each table of ``_pi_ref_groups``'s ``groups`` that has a pi_ref row: (its pi_ref's
+    key, the table's name from ``stems``, pi_ref's test success, the objective, its seeds' rows)."""
     for key, frames in groups.items():
         for df in frames:
             ref = df.loc[df["objective"] == "pi_ref", "test_success"]
@@ -222,9 +220,9 @@ def ref_spread(results: Path = RESULTS_DIR) -> pd.DataFrame:
     success with the gain (negative where the runs end closer together than their pi_refs start: a weaker pi_ref
     gains more, toward one level). A gain is the method's only where it outlasts a retrained pi_ref (the README;
     notebook 04 section 8 tells why; notebook 07 section 2 reads the correlation)."""
-    _, _, descriptions, _ = _pi_ref_groups(results)
+    groups, _, descriptions, stems = _pi_ref_groups(results)
     recipes: dict[tuple, dict[tuple, dict]] = {}  # recipe -> pi_ref -> its test success, its runs' and their tables
-    for key, table, start, objective, runs in _trained_runs(results):
+    for key, table, start, objective, runs in _trained_runs(groups, stems):
         recipe = (descriptions[key], objective, _recipe(runs), int(runs["iterations"].iloc[0]))
         entry = recipes.setdefault(recipe, {}).setdefault(key, {"start": start, "runs": [], "tables": []})
         entry["runs"].extend(runs["test_success"].tolist())
@@ -255,9 +253,9 @@ def starts_and_ends(results: Path = RESULTS_DIR) -> pd.DataFrame:
     pi_ref's, the one its gain is counted from), its seeds' mean, lowest and highest test success, their count, the
     model size its pi_ref records (``1.1M`` where the table does not: the class model), how many re-anchored rounds
     came before it (``rounds``) and the table's name. Tables without a pi_ref row are left out."""
-    _, labels, _, _ = _pi_ref_groups(results)
+    groups, labels, _, stems = _pi_ref_groups(results)
     rows = []
-    for key, table, start, objective, runs in _trained_runs(results):
+    for key, table, start, objective, runs in _trained_runs(groups, stems):
         size = runs["ref_model_size"].dropna() if "ref_model_size" in runs else pd.Series(dtype=str)
         rounds = runs["ref_rounds"].dropna() if "ref_rounds" in runs else pd.Series(dtype=float)
         rows.append({"table": table, "objective": objective, "pi_ref": labels[key], "start": start,
