@@ -207,7 +207,11 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
                                        "that ignore the options half the time, on item pages that say which option "
                                        "is selected, by a tiny Llama of hidden size 192 (`train-ref "
                                        "--show-selected-options --model hidden_size=192 intermediate_size=576`)",
-                                       HELD)}
+                                       HELD),
+    "apo_sloppy_l8_xeon_gsvk1024_b003": ("options ignored, 2.0M-parameter model of 8 layers, trained on an Intel Xeon",
+                                         "the demonstrations that ignore the options half the time by a tiny Llama "
+                                         "twice as deep as the class model and as wide (`train-ref --model "
+                                         "num_layers=8`)", f"{HELD}, beta2 0.003")}
 E30_REFS = (("", ""), ("_seed1", ", init seed 1"))  # the pi_refs re-anchored every 30 iterations: name part, label
 SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's label, the recipe's change)
     "apo_rerun_gsv1024_b01": ("full expert, retrained", "beta2 0.01"),
