@@ -172,6 +172,9 @@ def test_starts_and_ends_gives_every_run_its_first_pi_ref_and_seeds(tmp_path):
     assert first["end"] == pytest.approx(0.45) and (first["model"], first["rounds"]) == ("1.1M", 0)
     assert (wide["start"], wide["model"], wide["rounds"], wide["seeds"]) == (0.295, "2.3M", 1, 2)
     assert wide["end"] == pytest.approx(0.37)
+    _seeds(tmp_path / "apo_deep_class_seeds.csv", "apo", [0.35], ref="pi_ref_deep",
+           ref_model_size="hidden 128, 8 layers, 2.0M parameters")
+    assert starts_and_ends(tmp_path).set_index("table").loc["apo_deep", "model"] == "2.0M, 8 layers"
     fig = plots.start_and_end(table.reset_index(), target=0.10)
     ax = fig.axes[0]
     points = [line for line in ax.get_lines() if line.get_marker() == "o"]

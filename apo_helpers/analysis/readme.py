@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import PROJECT_ROOT, RESULTS_DIR
+from ..config import PROJECT_ROOT, RESULTS_DIR, ModelConfig
 
 README = PROJECT_ROOT / "README.md"
 EXPERIMENTS = PROJECT_ROOT / "docs" / "experiments.md"
@@ -247,11 +247,23 @@ def ref_spread(results: Path = RESULTS_DIR) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def model_label(size: str | None) -> str:
+    """A pi_ref's size as the summary figure names it: ``"2.3M"`` from ``"hidden 192, 4 layers, 2.3M parameters"``,
+    with the depth added where it is not the class model's (``"2.0M, 8 layers"``); ``"1.1M"`` (the class model)
+    where the table records no size."""
+    if not size:
+        return "1.1M"
+    parts = size.split(", ")
+    layers = next((p for p in parts if p.endswith(" layers")), None)
+    parameters = parts[-1].removesuffix(" parameters")
+    return parameters if layers in (None, f"{ModelConfig().num_layers} layers") else f"{parameters}, {layers}"
+
+
 def starts_and_ends(results: Path = RESULTS_DIR) -> pd.DataFrame:
     """Where every trained run starts and ends (notebook 07 section 1's figure): one row per objective of each
     ``*_class_seeds.csv`` table, with its pi_ref row's test success (``start``; for a re-anchored run the first
     pi_ref's, the one its gain is counted from), its seeds' mean, lowest and highest test success, their count, the
-    model size its pi_ref records (``1.1M`` where the table does not: the class model), how many re-anchored rounds
+    model size its pi_ref records (``model_label``), how many re-anchored rounds
     came before it (``rounds``) and the table's name. Tables without a pi_ref row are left out."""
     groups, labels, _, stems = _pi_ref_groups(results)
     rows = []
@@ -262,7 +274,7 @@ def starts_and_ends(results: Path = RESULTS_DIR) -> pd.DataFrame:
                      "end": runs["test_success"].mean(), "lowest": runs["test_success"].min(),
                      "highest": runs["test_success"].max(), "seeds": len(runs),
                      "iterations": int(runs["iterations"].iloc[0]),
-                     "model": size.iloc[0].split(", ")[-1].removesuffix(" parameters") if len(size) else "1.1M",
+                     "model": model_label(size.iloc[0] if len(size) else None),
                      "rounds": int(rounds.iloc[0]) if len(rounds) else 0})
     columns = ["table", "objective", "pi_ref", "start", "end", "lowest", "highest", "seeds", "iterations", "model",
                "rounds"]
