@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import PROJECT_ROOT, RESULTS_DIR, ModelConfig
+from ..config import PROJECT_ROOT, RESULTS_DIR, get_profile
 
 README = PROJECT_ROOT / "README.md"
 EXPERIMENTS = PROJECT_ROOT / "docs" / "experiments.md"
@@ -256,7 +256,8 @@ def model_label(size: str | None) -> str:
     parts = size.split(", ")
     layers = next((p for p in parts if p.endswith(" layers")), None)
     parameters = parts[-1].removesuffix(" parameters")
-    return parameters if layers in (None, f"{ModelConfig().num_layers} layers") else f"{parameters}, {layers}"
+    class_layers = f"{get_profile('class').model.num_layers} layers"  # the *_class_seeds.csv tables' model
+    return parameters if layers in (None, class_layers) else f"{parameters}, {layers}"
 
 
 def starts_and_ends(results: Path = RESULTS_DIR) -> pd.DataFrame:
