@@ -211,7 +211,11 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
     "apo_sloppy_l8_xeon_gsvk1024_b003": ("options ignored, 2.0M-parameter model of 8 layers, trained on an Intel Xeon",
                                          "the demonstrations that ignore the options half the time by a tiny Llama "
                                          "twice as deep as the class model and as wide (`train-ref --model "
-                                         "num_layers=8`)", f"{HELD}, beta2 0.003")}
+                                         "num_layers=8`)", f"{HELD}, beta2 0.003"),
+    "apo_full_h192_xeon_gsvk1024_b003": ("full expert, 2.3M-parameter model, trained on an Intel Xeon",
+                                         "the full expert's demonstrations by a tiny Llama of hidden size 192 "
+                                         "(`train-ref --model hidden_size=192 intermediate_size=576`)",
+                                         f"{HELD}, beta2 0.003")}
 E30_REFS = (("", ""), ("_seed1", ", init seed 1"))  # the pi_refs re-anchored every 30 iterations: name part, label
 SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's label, the recipe's change)
     "apo_rerun_gsv1024_b01": ("full expert, retrained", "beta2 0.01"),
@@ -294,6 +298,7 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_h192_xeon_gsvk1024_b003_it120": (XEON, f"{HELD}, beta2 0.003, 120 iterations"),
     "apo_sloppy_h192_xeon_gsvko03h_b003": (XEON, f"{HELD}, beta2 0.003, {DRAWN}, failed draws held at pi_ref"),
     "apo_sloppy_h192_xeon_gsvko03h_b03": (XEON, f"{HELD}, {DRAWN}, failed draws held at pi_ref"),
+    "apo_sloppy_h192_xeon_gsvk1024_b003_t07": (XEON, f"{HELD}, beta2 0.003, rollouts at temperature 0.7"),
     "apo_sloppy_h192_seed1_xeon_gsvk1024_b003": (XEON_SEED1, f"{HELD}, beta2 0.003"),
     "apo_sloppy_h192_seed1_xeon_gsvk1024_b01": (XEON_SEED1, f"{HELD}, beta2 0.01"),
     "apo_sloppy_h192_seed1_xeon_gsvk1024_b003_r2": (XEON_SEED1, f"{HELD}, beta2 0.003, 60 iterations, re-anchored "
@@ -590,7 +595,8 @@ gains.round(3)
 # every re-anchored round above started from, does β₂ = 0.003 end above 0.03, and how does its one round compare
 # with the rounds re-anchored once and twice? And from the Xeon π_ref again, does drawing the option values with
 # the failed draws held at π_ref (`explore_options=0.3 hold_failed_draws=True`) add to β₂ = 0.003, or to the held
-# β₂ = 0.03? Each difference is given on val too where
+# β₂ = 0.03? And are rollouts sampled at temperature 0.7 better to learn from than at 1.0, at β₂ = 0.003? Each
+# difference is given on val too where
 # both sides were played there (the `(val)` columns): the same question asked of 200 other unseen goals.
 
 # %%
@@ -629,7 +635,8 @@ if not gains.empty:
              ("apo_sloppy_h192_seed1_xeon_gsvk1024_b003_r2", "apo_sloppy_h192_seed1_xeon_gsvk1024_b003"),
              ("apo_sloppy_h192_xeon_gsvko03h_b003", "apo_sloppy_h192_xeon_gsvk1024_b003"),
              ("apo_sloppy_h192_xeon_gsvko03h_b03", xeon),
-             ("apo_sloppy_h192_xeon_gsvko03h_b003", "apo_sloppy_h192_xeon_gsvko03h_b03")]
+             ("apo_sloppy_h192_xeon_gsvko03h_b003", "apo_sloppy_h192_xeon_gsvko03h_b03"),
+             ("apo_sloppy_h192_xeon_gsvk1024_b003_t07", "apo_sloppy_h192_xeon_gsvk1024_b003")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
@@ -827,6 +834,99 @@ if drawn_summary is not None:
                      f"{drawn['option clicked']:.1%} of the goals that ask for one ({plain['option clicked']:.1%}), "
                      f"every value right on {drawn['every value right']:.1%} ({plain['every value right']:.1%}).")
     display(Markdown("\n".join(lines + ["- The paired intervals are in section 3's table above."])))
+
+# %% [markdown]
+# Is it the samples' noise that keeps a run from converting more of the goals within reach? Evaluation is greedy,
+# but the rollouts sample every click at temperature 1.0, so many of the clicks a run learns from are ones greedy
+# play would not make. Sampling them at temperature 0.7 keeps them nearer the greedy decisions a run has to flip.
+# log π stays the untempered policy's, so A*PO's regression target is unchanged, and the stage-1 table sampled at
+# 1.0 serves both runs (the same V* and the same goals). From the Xeon π_ref at β₂ = 0.003; "batch success (late)"
+# is the training batches' success over iterations 40 to 59, the option columns as above:
+
+# %%
+from apo_helpers.analysis.sweeps import committed_tables
+
+COOLER_RUNS = {"rollouts at temperature 1.0": "apo_sloppy_h192_xeon_gsvk1024_b003",
+               "rollouts at temperature 0.7": "apo_sloppy_h192_xeon_gsvk1024_b003_t07"}
+cooler_summary = labelled_summary(COOLER_RUNS)
+if cooler_summary is not None:
+    cooler_summary["batch success (late)"] = [
+        committed_tables(name)["history"].query("40 <= iteration <= 59")["success"].mean()
+        for name in cooler_summary["run"]]
+    display(cooler_summary.drop(columns="run").round(3))
+    cool, warm = (cooler_summary.loc[f"rollouts at temperature {t}"] for t in ("0.7", "1.0"))
+    display(Markdown(
+        f"- At temperature 0.7 the training batches succeed on {cool['batch success (late)']:.1%} of their episodes "
+        f"late in the run against {warm['batch success (late)']:.1%} at 1.0, and the seeds end at "
+        f"{cool['test success']:.1%} on test ({cool['gain over π_ref']:+.1%} over π_ref) against "
+        f"{warm['test success']:.1%} ({warm['gain over π_ref']:+.1%}), at {cool['val success']:.1%} on val against "
+        f"{warm['val success']:.1%}; an option clicked on {cool['option clicked']:.1%} of the goals that ask for one "
+        f"({warm['option clicked']:.1%}), every value right on {cool['every value right']:.1%} "
+        f"({warm['every value right']:.1%}).\n"
+        "- The paired interval is in section 3's table above."))
+
+# %% [markdown]
+# How far is the target from what the same model learns when no option is left out of its demonstrations? The full
+# expert's demonstrations, imitated by the 2.3M tiny Llama on the same Intel Xeon with the sloppy π_ref's goals,
+# initial weights and steps (`train-ref --model hidden_size=192 intermediate_size=576`), give the success imitation
+# reaches when it is shown every option click. Beside it the sloppy π_ref, the target above it and the best of the
+# runs counted from it (every recipe and round tried, each a run of several seeds; its mean); below, what each
+# does on the test goals that ask for an option. Each π_ref is one policy: π_refs imitated alike spread by several
+# points (section 2), so the columns compare one draw of each.
+
+# %%
+from apo_helpers.analysis.readme import runs_from_reference
+from apo_helpers.analysis.sweeps import option_behaviour
+
+CEILINGS = {  # label: (the sloppy pi_ref's folder, the full expert's pi_ref's folder), trained alike on one machine
+    "2.3M parameters, Intel Xeon": ("pi_ref_class_skip_options_0.5_hidden_size_192_intermediate_size_576_xeon",
+                                    "pi_ref_class_hidden_size_192_intermediate_size_576_xeon")}
+ceiling_rows, behaviours = [], {}
+for label, (sloppy, full) in CEILINGS.items():
+    paths = [RESULTS_DIR / f"{name}.json" for name in (sloppy, full)]
+    from_sloppy = runs_from_reference(sloppy)
+    from_sloppy = from_sloppy[from_sloppy["seeds"] > 1]
+    if not all(path.exists() for path in paths) or from_sloppy.empty:
+        continue
+    sloppy_ref, full_ref = (json.loads(path.read_text()) for path in paths)
+    best = from_sloppy.iloc[0]  # the highest test mean
+    from_full = runs_from_reference(full)
+    ceiling_rows.append({
+        "model": label, "π_ref, options ignored in half": sloppy_ref["test"]["success_rate"],
+        "target (+10 points)": sloppy_ref["test"]["success_rate"] + 0.10, "best run from it": best["test_success"],
+        "π_ref, full expert": full_ref["test"]["success_rate"],
+        "best run − full expert": best["test_success"] - full_ref["test"]["success_rate"],
+        "best run from the full expert's": from_full["test_success"].max() if len(from_full) else float("nan"),
+        "val: π_ref, options ignored in half": sloppy_ref["val"]["success_rate"],
+        "val: π_ref, full expert": full_ref["val"]["success_rate"],
+        "run": best["table"], "runs counted": len(from_sloppy)})
+    # what each does on the test goals that ask for an option (a pi_ref's row is in every table run from it)
+    behaviours[label] = {"π_ref, options ignored in half": option_behaviour(best["table"], "pi_ref"),
+                         f"best run from it ({best['table']})": option_behaviour(best["table"])}
+    if len(from_full):
+        behaviours[label]["π_ref, full expert"] = option_behaviour(from_full["table"].iloc[0], "pi_ref")
+        behaviours[label][f"best run from it ({from_full['table'].iloc[0]})"] = option_behaviour(
+            from_full["table"].iloc[0])
+if ceiling_rows:
+    ceilings = pd.DataFrame(ceiling_rows).set_index("model")
+    display(ceilings.round(3).T)  # one column per model: easier to read than one wide row
+    lines = []
+    for label, r in ceilings.iterrows():
+        full_best = r["best run from the full expert's"]
+        lines.append(
+            f"- {label}: imitating the full expert reaches {r['π_ref, full expert']:.1%} on test "
+            f"({r['val: π_ref, full expert']:.1%} on val), against {r['π_ref, options ignored in half']:.1%} "
+            f"({r['val: π_ref, options ignored in half']:.1%}) from the demonstrations that ignore the options half "
+            f"the time. The best of the {int(r['runs counted'])} runs from the sloppy π_ref, `{r['run']}`, ends at "
+            f"{r['best run from it']:.1%} on test, {r['best run − full expert']:+.1%} against the full expert's "
+            f"π_ref. The target, {r['target (+10 points)']:.1%}, lies "
+            f"{r['target (+10 points)'] - r['π_ref, full expert']:+.1%} from what imitating every option click "
+            f"gives this model."
+            + ("" if pd.isna(full_best) else f" From the full expert's π_ref the best run ends at {full_best:.1%}."))
+    display(Markdown("\n".join(lines)))
+    for label, policies in behaviours.items():
+        print(f"{label}: greedy on test (a run's column is its seeds' mean)")
+        display(pd.DataFrame(policies).round(3))
 
 # %% [markdown]
 # ## 4. Key figures

@@ -184,6 +184,19 @@ def test_starts_and_ends_gives_every_run_its_first_pi_ref_and_seeds(tmp_path):
     plt.close(fig)
 
 
+def test_runs_from_reference_finds_every_run_counted_from_one_pi_ref(tmp_path):
+    from apo_helpers.analysis.readme import runs_from_reference
+
+    assert runs_from_reference("pi_ref_wide", tmp_path).empty
+    _seeds(tmp_path / "apo_class_seeds.csv", "apo", [0.40, 0.45])  # an older table: no ref column, left out
+    _seeds(tmp_path / "apo_wide_class_seeds.csv", "apo", [0.36, 0.38], ref="pi_ref_wide")
+    _seeds(tmp_path / "apo_wide_r2_class_seeds.csv", "apo", [0.40, 0.42, 0.44], ref="pi_ref_wide", ref_rounds=1)
+    _seeds(tmp_path / "apo_other_class_seeds.csv", "apo", [0.60], ref="pi_ref_other")
+    runs = runs_from_reference("pi_ref_wide", tmp_path)
+    assert runs["table"].tolist() == ["apo_wide_r2", "apo_wide"]  # the re-anchored run counts from its first pi_ref
+    assert runs["seeds"].tolist() == [3, 2] and runs["test_success"].tolist() == pytest.approx([0.42, 0.37])
+
+
 def test_bench_train_table_and_sections_are_filled(tmp_path):
     (tmp_path / "bench_train.json").write_text(json.dumps({
         "batch_goals": 32, "device": "cpu", "torch_threads": 2, "seconds_median": 5.5, "rollout_seconds_median": 2.0,

@@ -11,7 +11,8 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from apo_helpers.analysis import plots  # noqa: E402
-from apo_helpers.analysis.sweeps import SWEEP_COLUMNS, labelled_summary, sweep_summary, sweep_table  # noqa: E402
+from apo_helpers.analysis.sweeps import (SWEEP_COLUMNS, labelled_summary, option_behaviour, sweep_summary,  # noqa: E402
+                                         sweep_table)
 
 REF = "pi_ref_a"
 
@@ -59,6 +60,23 @@ def test_labelled_summary_keeps_the_given_order_and_adds_the_option_columns(tmp_
     assert summary.loc["with draws", "invalid actions"] == pytest.approx(0.1)
     assert pd.isna(summary.loc["without draws", "every value right"])  # an older table without the column
     assert labelled_summary({**runs, "missing": "not_committed"}, results=tmp_path) is None
+
+
+def test_option_behaviour_averages_one_objective_s_rows(tmp_path):
+    write_run(tmp_path, "run", [0.35, 0.37], [1.0, 2.0])
+    seeds = pd.read_csv(tmp_path / "run_class_seeds.csv")
+    seeds["test_option_clicked"] = [0.3, 0.7, 0.9]  # pi_ref's row first, then the two seeds
+    seeds["test_options_right"] = [0.1, 0.2, 0.3]
+    seeds.to_csv(tmp_path / "run_class_seeds.csv", index=False)
+    trained = option_behaviour("run", results=tmp_path)
+    assert trained["option clicked"] == pytest.approx(0.8) and trained["every value right"] == pytest.approx(0.25)
+    assert trained["rows averaged"] == 2 and pd.isna(trained["success, goals with options"])  # a column the table lacks
+    ref = option_behaviour("run", objective="pi_ref", results=tmp_path)
+    assert ref["option clicked"] == pytest.approx(0.3) and ref["rows averaged"] == 1
+    with pytest.raises(ValueError, match="no 'grpo' rows"):
+        option_behaviour("run", objective="grpo", results=tmp_path)
+    with pytest.raises(FileNotFoundError, match="not_committed"):
+        option_behaviour("not_committed", results=tmp_path)
 
 
 def test_the_window_can_move(tmp_path):

@@ -282,6 +282,25 @@ def starts_and_ends(results: Path = RESULTS_DIR) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
+def runs_from_reference(ref: str, results: Path = RESULTS_DIR) -> pd.DataFrame:
+    """Every trained run counted from the pi_ref folder ``ref`` (its seeds' ``ref``, which for a re-anchored run is
+    the first pi_ref): one row per ``*_class_seeds.csv`` table and objective with its seeds' count and mean test
+    success, the highest first (notebook 07 section 3, the full expert's pi_ref beside the sloppy one's runs). Empty
+    when no table names ``ref``."""
+    rows = []
+    for path in sorted(Path(results).glob("*_class_seeds.csv")):
+        df = pd.read_csv(path)
+        if "ref" not in df:  # tables written before the folder was recorded
+            continue
+        trained = df[(df["objective"] != "pi_ref") & (df["ref"] == ref)]
+        for objective, runs in trained.groupby("objective"):
+            rows.append({"table": path.name.removesuffix("_class_seeds.csv"), "objective": objective,
+                         "seeds": len(runs), "test_success": runs["test_success"].mean()})
+    columns = ["table", "objective", "seeds", "test_success"]
+    return (pd.DataFrame(rows, columns=columns).sort_values("test_success", ascending=False, kind="stable")
+            .reset_index(drop=True))
+
+
 def ref_spread_table(results: Path = RESULTS_DIR) -> str | None:
     """``ref_spread`` as the README's table, gains in points; None while no recipe ran from two pi_refs."""
     spread = ref_spread(results)

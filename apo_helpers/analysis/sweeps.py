@@ -104,3 +104,25 @@ def labelled_summary(runs: dict[str, str], profile: str = "class", results: Path
         summary[title] = [seeds[label][column].mean() if column in seeds[label] else float("nan")
                           for label in summary.index]
     return summary
+
+
+OPTION_BEHAVIOUR = {"test_option_clicked": "option clicked", "test_options_right": "every value right",
+                    "test_success_with_options": "success, goals with options",
+                    "test_success_without_options": "success, goals without"}
+"""The seeds tables' greedy test columns on the goals that ask for an option (an option clicked, every requested
+value right, success) and success on the other goals, under the names notebook 07 prints."""
+
+
+def option_behaviour(name: str, objective: str = "apo", profile: str = "class",
+                     results: Path = RESULTS_DIR) -> pd.Series:
+    """A committed run's ``OPTION_BEHAVIOUR`` columns, the mean over its rows of ``objective`` (``"pi_ref"``: its
+    pi_ref's row), and their count as ``rows averaged``; NaN for a column an older table lacks. Notebook 07
+    section 3 sets a pi_ref imitated from the full expert beside the sloppy pi_ref and its best run."""
+    seeds = committed_tables(name, profile, results)["seeds"]
+    rows = seeds[seeds["objective"] == objective]
+    if rows.empty:
+        raise ValueError(f"run {name!r} has no {objective!r} rows in its seeds table")
+    behaviour = pd.Series({title: rows[column].mean() if column in rows else float("nan")
+                           for column, title in OPTION_BEHAVIOUR.items()})
+    behaviour["rows averaged"] = len(rows)
+    return behaviour
