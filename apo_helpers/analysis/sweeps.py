@@ -88,6 +88,13 @@ def sweep_summary(table: pd.DataFrame) -> pd.DataFrame:
     return summary.sort_index()
 
 
+OPTION_BEHAVIOUR = {"test_option_clicked": "option clicked", "test_options_right": "every value right",
+                    "test_success_with_options": "success, goals with options",
+                    "test_success_without_options": "success, goals without"}
+"""The seeds tables' greedy test columns on the goals that ask for an option (an option clicked, every requested
+value right, success) and success on the other goals, under the names notebook 07 prints."""
+
+
 def labelled_summary(runs: dict[str, str], profile: str = "class", results: Path = RESULTS_DIR) -> pd.DataFrame | None:
     """``sweep_summary`` of runs compared under labels rather than one swept number (notebook 07 section 3), in the
     order of ``runs``, with the seeds' means of the greedy test episodes' option columns beside it (``option
@@ -99,18 +106,11 @@ def labelled_summary(runs: dict[str, str], profile: str = "class", results: Path
     summary = sweep_summary(table).loc[list(runs)]
     seeds = {label: committed_tables(name, profile, results)["seeds"].query("objective != 'pi_ref'")
              for label, name in runs.items()}
-    for column, title in (("test_option_clicked", "option clicked"), ("test_options_right", "every value right"),
-                          ("test_invalid_rate", "invalid actions")):
+    columns = {column: OPTION_BEHAVIOUR[column] for column in ("test_option_clicked", "test_options_right")}
+    for column, title in {**columns, "test_invalid_rate": "invalid actions"}.items():
         summary[title] = [seeds[label][column].mean() if column in seeds[label] else float("nan")
                           for label in summary.index]
     return summary
-
-
-OPTION_BEHAVIOUR = {"test_option_clicked": "option clicked", "test_options_right": "every value right",
-                    "test_success_with_options": "success, goals with options",
-                    "test_success_without_options": "success, goals without"}
-"""The seeds tables' greedy test columns on the goals that ask for an option (an option clicked, every requested
-value right, success) and success on the other goals, under the names notebook 07 prints."""
 
 
 def option_behaviour(name: str, objective: str = "apo", profile: str = "class",
