@@ -884,19 +884,17 @@ CEILINGS = {  # label: (the sloppy pi_ref's folder, the full expert's pi_ref's f
 ceiling_rows, behaviours = [], {}
 for label, (sloppy, full) in CEILINGS.items():
     paths = [RESULTS_DIR / f"{name}.json" for name in (sloppy, full)]
-    from_sloppy = runs_from_reference(sloppy)
-    from_sloppy = from_sloppy[from_sloppy["seeds"] > 1]
+    from_sloppy, from_full = (runs[runs["seeds"] > 1] for runs in map(runs_from_reference, (sloppy, full)))
     if not all(path.exists() for path in paths) or from_sloppy.empty:
         continue
     sloppy_ref, full_ref = (json.loads(path.read_text()) for path in paths)
     best = from_sloppy.iloc[0]  # the highest test mean
-    from_full = runs_from_reference(full)
     ceiling_rows.append({
         "model": label, "π_ref, options ignored in half": sloppy_ref["test"]["success_rate"],
         "target (+10 points)": sloppy_ref["test"]["success_rate"] + 0.10, "best run from it": best["test_success"],
         "π_ref, full expert": full_ref["test"]["success_rate"],
         "best run − full expert": best["test_success"] - full_ref["test"]["success_rate"],
-        "best run from the full expert's": from_full["test_success"].max() if len(from_full) else float("nan"),
+        "best run from the full expert's": from_full["test_success"].iloc[0] if len(from_full) else float("nan"),
         "val: π_ref, options ignored in half": sloppy_ref["val"]["success_rate"],
         "val: π_ref, full expert": full_ref["val"]["success_rate"],
         "run": best["table"], "runs counted": len(from_sloppy)})
@@ -904,9 +902,9 @@ for label, (sloppy, full) in CEILINGS.items():
     behaviours[label] = {"π_ref, options ignored in half": option_behaviour(best["table"], "pi_ref"),
                          f"best run from it ({best['table']})": option_behaviour(best["table"])}
     if len(from_full):
-        behaviours[label]["π_ref, full expert"] = option_behaviour(from_full["table"].iloc[0], "pi_ref")
-        behaviours[label][f"best run from it ({from_full['table'].iloc[0]})"] = option_behaviour(
-            from_full["table"].iloc[0])
+        best_full = from_full["table"].iloc[0]
+        behaviours[label]["π_ref, full expert"] = option_behaviour(best_full, "pi_ref")
+        behaviours[label][f"best run from it ({best_full})"] = option_behaviour(best_full)
 if ceiling_rows:
     ceilings = pd.DataFrame(ceiling_rows).set_index("model")
     display(ceilings.round(3).T)  # one column per model: easier to read than one wide row
