@@ -892,7 +892,9 @@ CEILINGS = {  # label: (the sloppy pi_ref's folder, the full expert's pi_ref's f
 ceiling_rows, behaviours = [], {}
 for label, (sloppy, full) in CEILINGS.items():
     paths = [RESULTS_DIR / f"{name}.json" for name in (sloppy, full)]
-    from_sloppy, from_full = (runs[runs["seeds"] > 1] for runs in map(runs_from_reference, (sloppy, full)))
+    # section 1's starts_and_ends table, read once for every pi_ref here; runs of several seeds only
+    from_sloppy, from_full = (runs_from_reference(ref, runs=runs_start_end).query("seeds > 1")
+                              for ref in (sloppy, full))
     if not all(path.exists() for path in paths) or from_sloppy.empty:
         continue
     sloppy_ref, full_ref = (json.loads(path.read_text()) for path in paths)

@@ -195,6 +195,9 @@ def test_runs_from_reference_finds_every_run_counted_from_one_pi_ref(tmp_path):
     runs = runs_from_reference("pi_ref_wide", tmp_path)
     assert runs["table"].tolist() == ["apo_wide_r2", "apo_wide"]  # the re-anchored run counts from its first pi_ref
     assert runs["seeds"].tolist() == [3, 2] and runs["test_success"].tolist() == pytest.approx([0.42, 0.37])
+    from apo_helpers.analysis.readme import starts_and_ends  # a table already read gives the same rows
+
+    pd.testing.assert_frame_equal(runs_from_reference("pi_ref_wide", runs=starts_and_ends(tmp_path)), runs)
 
 
 def test_bench_train_table_and_sections_are_filled(tmp_path):

@@ -265,40 +265,33 @@ def starts_and_ends(results: Path = RESULTS_DIR) -> pd.DataFrame:
     ``*_class_seeds.csv`` table, with its pi_ref row's test success (``start``; for a re-anchored run the first
     pi_ref's, the one its gain is counted from), its seeds' mean, lowest and highest test success, their count, the
     model size its pi_ref records (``model_label``), how many re-anchored rounds
-    came before it (``rounds``) and the table's name. Tables without a pi_ref row are left out."""
+    came before it (``rounds``), the table's name and its first pi_ref's folder (``ref``; the demonstrations'
+    description for older tables that do not record it). Tables without a pi_ref row are left out."""
     groups, labels, _, stems = _pi_ref_groups(results)
     rows = []
     for key, table, start, objective, runs in _trained_runs(groups, stems):
         size = runs["ref_model_size"].dropna() if "ref_model_size" in runs else pd.Series(dtype=str)
         rounds = runs["ref_rounds"].dropna() if "ref_rounds" in runs else pd.Series(dtype=float)
-        rows.append({"table": table, "objective": objective, "pi_ref": labels[key], "start": start,
+        rows.append({"table": table, "objective": objective, "pi_ref": labels[key], "ref": key[0], "start": start,
                      "end": runs["test_success"].mean(), "lowest": runs["test_success"].min(),
                      "highest": runs["test_success"].max(), "seeds": len(runs),
                      "iterations": int(runs["iterations"].iloc[0]),
                      "model": model_label(size.iloc[0] if len(size) else None),
                      "rounds": int(rounds.iloc[0]) if len(rounds) else 0})
-    columns = ["table", "objective", "pi_ref", "start", "end", "lowest", "highest", "seeds", "iterations", "model",
-               "rounds"]
+    columns = ["table", "objective", "pi_ref", "ref", "start", "end", "lowest", "highest", "seeds", "iterations",
+               "model", "rounds"]
     return pd.DataFrame(rows, columns=columns)
 
 
-def runs_from_reference(ref: str, results: Path = RESULTS_DIR) -> pd.DataFrame:
-    """Every trained run counted from the pi_ref folder ``ref`` (its seeds' ``ref``, which for a re-anchored run is
-    the first pi_ref): one row per ``*_class_seeds.csv`` table and objective with its seeds' count and mean test
-    success, the highest first (notebook 07 section 3, the full expert's pi_ref beside the sloppy one's runs). Empty
-    when no table names ``ref``."""
-    rows = []
-    for path in sorted(Path(results).glob("*_class_seeds.csv")):
-        df = pd.read_csv(path)
-        if "ref" not in df:  # tables written before the folder was recorded
-            continue
-        trained = df[(df["objective"] != "pi_ref") & (df["ref"] == ref)]
-        for objective, runs in trained.groupby("objective"):
-            rows.append({"table": path.name.removesuffix("_class_seeds.csv"), "objective": objective,
-                         "seeds": len(runs), "test_success": runs["test_success"].mean()})
-    columns = ["table", "objective", "seeds", "test_success"]
-    return (pd.DataFrame(rows, columns=columns).sort_values("test_success", ascending=False, kind="stable")
-            .reset_index(drop=True))
+def runs_from_reference(ref: str, results: Path = RESULTS_DIR, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every trained run counted from the pi_ref folder ``ref`` (for a re-anchored run its first pi_ref): the rows of
+    ``starts_and_ends`` whose ``ref`` it is, as table, objective, seeds' count and mean test success, the highest
+    first (notebook 07 section 3, the full expert's pi_ref beside the sloppy one's runs). ``runs``: a
+    ``starts_and_ends`` table already read, so a caller asking of several pi_refs reads the tables once. Empty when
+    no table names ``ref``."""
+    runs = starts_and_ends(results) if runs is None else runs
+    found = runs.loc[runs["ref"] == ref, ["table", "objective", "seeds", "end"]].rename(columns={"end": "test_success"})
+    return found.sort_values("test_success", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def ref_spread_table(results: Path = RESULTS_DIR) -> str | None:
