@@ -141,6 +141,7 @@ HELD = "greedy search held by its distributions' KL (weight 0.01)"  # APOConfig.
 XEON = "options ignored, 2.3M-parameter model, retrained on an Intel Xeon"  # the pi_ref many runs below share
 XEON_SEED1 = "options ignored, 2.3M-parameter model, init seed 1, retrained on an Intel Xeon"
 AVX2 = "options ignored, 2.3M-parameter model, retrained on an AMD EPYC with AVX2 kernels"
+XEON75 = "options ignored in three quarters, 2.3M-parameter model, retrained on an Intel Xeon"
 DRAWN = "option values drawn on 30% of the item-page turns (explore_options 0.3)"
 PRODUCTS = "products drawn on 30% of the results-page turns (explore_results 0.3)"
 OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_ref imitated[, the recipe if another])
@@ -220,7 +221,12 @@ OWN_REF_RUNS = {  # the best recipe from pi_refs of their own (table: label, pi_
                                            "the demonstrations that ignore the options half the time by a tiny Llama "
                                            "of hidden size 256, the first such pi_ref's command run again on another "
                                            "processor with one thread (`train-ref --model hidden_size=256 "
-                                           "intermediate_size=768`)", f"{HELD}, beta2 0.003")}
+                                           "intermediate_size=768`)", f"{HELD}, beta2 0.003"),
+    "apo_sloppy75_h192_xeon_gsvk1024_b003": (XEON75,
+                                             "the demonstrations that ignore the options in three quarters of the "
+                                             "episodes by a tiny Llama of hidden size 192, the three-quarters π_ref's "
+                                             "command run again on another processor (`train-ref --skip-options 0.75 "
+                                             "--model hidden_size=192 intermediate_size=576`)", f"{HELD}, beta2 0.003")}
 E30_REFS = (("", ""), ("_seed1", ", init seed 1"))  # the pi_refs re-anchored every 30 iterations: name part, label
 SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's label, the recipe's change)
     "apo_rerun_gsv1024_b01": ("full expert, retrained", "beta2 0.01"),
@@ -304,6 +310,7 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
     "apo_sloppy_h192_xeon_gsvko03h_b003": (XEON, f"{HELD}, beta2 0.003, {DRAWN}, failed draws held at pi_ref"),
     "apo_sloppy_h192_xeon_gsvko03h_b03": (XEON, f"{HELD}, {DRAWN}, failed draws held at pi_ref"),
     "apo_sloppy_h192_xeon_gsvk1024_b003_t07": (XEON, f"{HELD}, beta2 0.003, rollouts at temperature 0.7"),
+    "apo_sloppy75_h192_xeon_gsvko03h_b003": (XEON75, f"{HELD}, beta2 0.003, {DRAWN}, failed draws held at pi_ref"),
     "apo_sloppy_h192_seed1_xeon_gsvk1024_b003": (XEON_SEED1, f"{HELD}, beta2 0.003"),
     "apo_sloppy_h192_seed1_xeon_gsvk1024_b01": (XEON_SEED1, f"{HELD}, beta2 0.01"),
     "apo_sloppy_h192_seed1_xeon_gsvk1024_b003_r2": (XEON_SEED1, f"{HELD}, beta2 0.003, 60 iterations, re-anchored "
@@ -839,6 +846,46 @@ if drawn_summary is not None:
                      f"{drawn['option clicked']:.1%} of the goals that ask for one ({plain['option clicked']:.1%}), "
                      f"every value right on {drawn['every value right']:.1%} ({plain['every value right']:.1%}).")
     display(Markdown("\n".join(lines + ["- The paired intervals are in section 3's table above."])))
+
+# %% [markdown]
+# Does a sloppier demonstrator leave the draws more to add? The draws above start from a π_ref that already clicks an
+# option on many of the goals that ask for one, so they add to a habit the demonstrations half show. A demonstrator
+# that ignores the options in three quarters of its episodes leaves a π_ref that seldom clicks one, and the
+# held recipe alone barely moved such a π_ref (notebook 04 section 8, "How much the demonstrator leaves out"). Its
+# `train-ref` command run again on the Intel Xeon (`--skip-options 0.75`, the half-sloppy Xeon π_ref's goals, initial
+# weights and steps otherwise), then β₂ = 0.003 from it with and without the held draws, beside the same two runs from
+# the half-sloppy Xeon π_ref. Each run is measured against its own π_ref; the option columns are on the test goals
+# that ask for an option:
+
+# %%
+from apo_helpers.analysis.sweeps import across_references
+
+SLOPPIER_RUNS = {"options ignored in half, no draws": "apo_sloppy_h192_xeon_gsvk1024_b003",
+                 "options ignored in half, values drawn, failed draws held": "apo_sloppy_h192_xeon_gsvko03h_b003",
+                 "options ignored in three quarters, no draws": "apo_sloppy75_h192_xeon_gsvk1024_b003",
+                 "options ignored in three quarters, values drawn, failed draws held":
+                     "apo_sloppy75_h192_xeon_gsvko03h_b003"}
+sloppier = across_references(SLOPPIER_RUNS)
+if sloppier is not None:
+    display(sloppier.drop(columns="run").round(3).T)  # one column per run: four wide rows would not fit
+    lines = []
+    for share in ("half", "three quarters"):
+        plain, drawn = (sloppier.loc[f"options ignored in {share}, {what}"]
+                        for what in ("no draws", "values drawn, failed draws held"))
+        lines.append(
+            f"- Options ignored in {share}: π_ref {plain['π_ref test success']:.1%} on test, clicking an option on "
+            f"{plain['π_ref: option clicked']:.1%} of the goals that ask for one. Without draws the seeds end at "
+            f"{plain['test success']:.1%} ({plain['gain over π_ref']:+.1%}, spread {plain['std over seeds']:.1%}), "
+            f"with them at {drawn['test success']:.1%} ({drawn['gain over π_ref']:+.1%}, spread "
+            f"{drawn['std over seeds']:.1%}); an option clicked on {plain['option clicked']:.1%} and "
+            f"{drawn['option clicked']:.1%}, every value right on {plain['every value right']:.1%} and "
+            f"{drawn['every value right']:.1%}.")
+    reached = sloppier[(sloppier["gain over π_ref"] >= 0.10)
+                       & (sloppier["gain over π_ref"] > sloppier["std over seeds"])].index.tolist()
+    lines.append(f"- Runs here at +10 points or more on test, by more than their spread over seeds: "
+                 f"{', '.join(reached) or 'none'}. The paired intervals, on test and on val, are in section 3's tables "
+                 "above.")
+    display(Markdown("\n".join(lines)))
 
 # %% [markdown]
 # Is it the samples' noise that keeps a run from converting more of the goals within reach? Evaluation is greedy,

@@ -11,8 +11,8 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from apo_helpers.analysis import plots  # noqa: E402
-from apo_helpers.analysis.sweeps import (SWEEP_COLUMNS, labelled_summary, option_behaviour, sweep_summary,  # noqa: E402
-                                         sweep_table)
+from apo_helpers.analysis.sweeps import (  # noqa: E402
+    SWEEP_COLUMNS, across_references, labelled_summary, option_behaviour, sweep_summary, sweep_table)
 
 REF = "pi_ref_a"
 
@@ -77,6 +77,29 @@ def test_option_behaviour_averages_one_objective_s_rows(tmp_path):
         option_behaviour("run", objective="grpo", results=tmp_path)
     with pytest.raises(FileNotFoundError, match="not_committed"):
         option_behaviour("not_committed", results=tmp_path)
+
+
+def test_across_references_measures_each_run_against_its_own_pi_ref(tmp_path):
+    write_run(tmp_path, "half", [0.35, 0.37], [1.0, 2.0], ref="pi_ref_half", ref_success=0.33)
+    write_run(tmp_path, "most", [0.40, 0.38], [3.0, 5.0], ref="pi_ref_most", ref_success=0.28)
+    seeds = pd.read_csv(tmp_path / "most_class_seeds.csv")
+    seeds["test_option_clicked"] = [0.1, 0.7, 0.9]  # pi_ref's row first, then the two seeds
+    seeds["test_options_right"] = [0.05, 0.2, 0.3]
+    seeds.to_csv(tmp_path / "most_class_seeds.csv", index=False)
+    runs = {"most left out": "most", "half left out": "half"}
+    table = across_references(runs, results=tmp_path)
+    assert list(table.index) == ["most left out", "half left out"]  # the given order
+    most = table.loc["most left out"]
+    assert most["gain over π_ref"] == pytest.approx(0.39 - 0.28)  # against its own pi_ref, not the other's
+    assert table.loc["half left out", "gain over π_ref"] == pytest.approx(0.36 - 0.33)
+    assert most["std over seeds"] == pytest.approx(0.01)
+    assert most["π_ref: option clicked"] == pytest.approx(0.1) and most["option clicked"] == pytest.approx(0.8)
+    assert most["every value right"] == pytest.approx(0.25)
+    assert pd.isna(table.loc["half left out", "option clicked"])  # an older table without the column
+    assert across_references({**runs, "missing": "not_committed"}, results=tmp_path) is None
+    write_run(tmp_path, "no_ref", [0.35], [1.0], with_ref=False)
+    with pytest.raises(ValueError, match="no_ref"):
+        across_references({"no pi_ref row": "no_ref"}, results=tmp_path)
 
 
 def test_the_window_can_move(tmp_path):

@@ -126,3 +126,33 @@ def option_behaviour(name: str, objective: str = "apo", profile: str = "class",
                            for column, title in OPTION_BEHAVIOUR.items()})
     behaviour["rows averaged"] = len(rows)
     return behaviour
+
+
+def across_references(runs: dict[str, str], profile: str = "class", results: Path = RESULTS_DIR) -> pd.DataFrame | None:
+    """Runs from different pi_refs side by side, each measured against its own (notebook 07 section 3, "Does a
+    sloppier demonstrator leave the draws more to add?"). Per label, in the order of ``runs``: the run, its pi_ref's
+    greedy test success, the seeds' mean and spread (std, ddof=0), the gain over that pi_ref, and the option columns
+    (an option clicked, every value right: on the test goals that ask for one) of pi_ref and of the seeds. Test only:
+    a seeds table's val success is the last periodic evaluation's, on fewer goals than pi_ref's in its metrics.json
+    (section 3's per-goal outcomes pair the two splits). None while any run's seeds table is not committed."""
+    rows = []
+    for label, name in runs.items():
+        path = Path(results) / f"{name}_{profile}_seeds.csv"
+        if not path.exists():
+            return None
+        seeds = pd.read_csv(path)
+        ref, trained = seeds[seeds["objective"] == "pi_ref"], seeds[seeds["objective"] != "pi_ref"]
+        if ref.empty or trained.empty:
+            raise ValueError(f"run {name!r} needs a pi_ref row and trained rows in {path}")
+        ref = ref.iloc[0]
+        row = {"label": label, "run": name, "seeds": len(trained), "π_ref test success": ref["test_success"],
+               "test success": trained["test_success"].mean(),
+               "std over seeds": trained["test_success"].std(ddof=0),
+               "gain over π_ref": trained["test_success"].mean() - ref["test_success"]}
+        for column in ("test_option_clicked", "test_options_right"):
+            title = OPTION_BEHAVIOUR[column]
+            present = column in seeds
+            row[f"π_ref: {title}"] = ref[column] if present else float("nan")
+            row[title] = trained[column].mean() if present else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("label")
