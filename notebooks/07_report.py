@@ -849,13 +849,13 @@ if drawn_summary is not None:
 
 # %% [markdown]
 # Does a sloppier demonstrator leave the draws more to add? The draws above start from a π_ref that already clicks an
-# option on many of the goals that ask for one, so they add to a habit the demonstrations half show. A demonstrator
-# that ignores the options in three quarters of its episodes leaves a π_ref that seldom clicks one, and the
-# held recipe alone barely moved such a π_ref (notebook 04 section 8, "How much the demonstrator leaves out"). Its
-# `train-ref` command run again on the Intel Xeon (`--skip-options 0.75`, the half-sloppy Xeon π_ref's goals, initial
-# weights and steps otherwise), then β₂ = 0.003 from it with and without the held draws, beside the same two runs from
-# the half-sloppy Xeon π_ref. Each run is measured against its own π_ref; the option columns are on the test goals
-# that ask for an option:
+# option on many of the goals that ask for one, so they add to a habit the demonstrations half show. A demonstrator that
+# ignores the options in three quarters of its episodes leaves a π_ref that seldom clicks one, and at β₂ = 0.03 the held
+# recipe barely moved such a π_ref (notebook 04 section 8, "How much the demonstrator leaves out"). Its `train-ref`
+# command run again on the Intel Xeon (`--skip-options 0.75`, the half-sloppy Xeon π_ref's goals, initial weights and
+# steps otherwise), then β₂ = 0.003 from it with and without the held draws, beside the same two runs from the
+# half-sloppy Xeon π_ref. Each run is measured against its own π_ref; the option columns are on the test goals that ask
+# for an option:
 
 # %%
 from apo_helpers.analysis.sweeps import across_references
