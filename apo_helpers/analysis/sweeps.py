@@ -122,10 +122,16 @@ def option_behaviour(name: str, objective: str = "apo", profile: str = "class",
     rows = seeds[seeds["objective"] == objective]
     if rows.empty:
         raise ValueError(f"run {name!r} has no {objective!r} rows in its seeds table")
-    behaviour = pd.Series({title: rows[column].mean() if column in rows else float("nan")
-                           for column, title in OPTION_BEHAVIOUR.items()})
+    behaviour = _option_means(rows)
     behaviour["rows averaged"] = len(rows)
     return behaviour
+
+
+def _option_means(rows: pd.DataFrame) -> pd.Series:
+    """The mean of each ``OPTION_BEHAVIOUR`` column over ``rows``, under its printed name; NaN for a column an older
+    seeds table lacks."""
+    return pd.Series({title: rows[column].mean() if column in rows else float("nan")
+                      for column, title in OPTION_BEHAVIOUR.items()})
 
 
 def across_references(runs: dict[str, str], profile: str = "class", results: Path = RESULTS_DIR) -> pd.DataFrame | None:
@@ -144,15 +150,11 @@ def across_references(runs: dict[str, str], profile: str = "class", results: Pat
         ref, trained = seeds[seeds["objective"] == "pi_ref"], seeds[seeds["objective"] != "pi_ref"]
         if ref.empty or trained.empty:
             raise ValueError(f"run {name!r} needs a pi_ref row and trained rows in {path}")
-        ref = ref.iloc[0]
-        row = {"label": label, "run": name, "seeds": len(trained), "π_ref test success": ref["test_success"],
-               "test success": trained["test_success"].mean(),
-               "std over seeds": trained["test_success"].std(ddof=0),
-               "gain over π_ref": trained["test_success"].mean() - ref["test_success"]}
-        for column in ("test_option_clicked", "test_options_right"):
-            title = OPTION_BEHAVIOUR[column]
-            present = column in seeds
-            row[f"π_ref: {title}"] = ref[column] if present else float("nan")
-            row[title] = trained[column].mean() if present else float("nan")
+        start, end = ref["test_success"].iloc[0], trained["test_success"].mean()
+        row = {"label": label, "run": name, "seeds": len(trained), "π_ref test success": start, "test success": end,
+               "std over seeds": trained["test_success"].std(ddof=0), "gain over π_ref": end - start}
+        ref_means, trained_means = _option_means(ref.iloc[:1]), _option_means(trained)
+        for title in (OPTION_BEHAVIOUR[c] for c in ("test_option_clicked", "test_options_right")):
+            row[f"π_ref: {title}"], row[title] = ref_means[title], trained_means[title]
         rows.append(row)
     return pd.DataFrame(rows).set_index("label")
