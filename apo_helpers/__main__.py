@@ -122,7 +122,9 @@ def cmd_train_ref(args) -> int:
                "demo_goals": profile.reference.demonstrations if args.demonstrations is None else args.demonstrations,
                "demo_skip_options": cfg.demo_skip_options, "demo_forget_options": cfg.demo_forget_options,
                "show_selected_options": profile.policy.show_selected_options,
-               "model_size": {name: getattr(profile.model, name) for name in MODEL_SIZE_FIELDS},
+               "model": profile.model.name,  # the tiny Llama's size only: a named model keeps its own
+               "model_size": ({name: getattr(profile.model, name) for name in MODEL_SIZE_FIELDS}
+                              if profile.model.name == "tiny" else None),
                "parameters": count_parameters(ref.model),
                "init_seed": profile.seed if args.seed is None else args.seed,
                "train_seconds": round(ref.seconds, 1), "final_loss": round(float(ref.history["loss"].iloc[-1]), 4)}

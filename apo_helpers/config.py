@@ -404,11 +404,14 @@ PROFILES: dict[str, Profile] = {
                                               max_new_tokens=16, max_turns=1)),
     "class": Profile(name="class"),
     # a pretrained model wants far smaller learning rates than the tiny one and no pretraining; run on an H100
-    # (data/results/gpu_run.json): imitation batches of 32 chats ran its 80 GB out of memory, 8 take a minute
+    # (data/results/gpu_run.json): imitation batches of 32 chats ran its 80 GB out of memory, 8 take a minute.
+    # A*PO's rate as measured from SmolLM2's pi_refs on lent GPUs: 1e-5 left the full expert's imitation where it
+    # was, 5e-5 broke the sloppy one's seeds within a few iterations, 2e-5 after 2 warm-up iterations stayed stable
+    # and gained (gpu_sloppy_lr2e5_run.json)
     "gpu": Profile(name="gpu", model=ModelConfig(name="smollm2-135m", max_positions=8192),
                    policy=PolicyConfig(max_new_tokens=64, max_prompt_tokens=1024, batch_size=128),
                    reference=ReferenceConfig(pretrain_steps=0, sft_steps=400, batch_size=8, lr=2e-5),
-                   apo=APOConfig(lr=2e-6, batch_goals=64, micro_batch=16, backward_per_micro_batch=True),
+                   apo=APOConfig(lr=2e-5, warmup=2, batch_goals=64, micro_batch=16, backward_per_micro_batch=True),
                    pretrained=PretrainedConfig(episodes=200, demonstrations=600, sft_steps=400, batch_size=8,
                                                lr=2e-5, max_new_tokens=64)),
 }

@@ -333,6 +333,8 @@ SAME_REF_RUNS = {  # more runs from one of those pi_refs (table: its pi_ref's la
                                              f"{HELD}, 60 iterations, re-anchored once on each seed's policy, 60 more"),
     "apo_sloppy_h192_avx2_gsvk1024_b003": (AVX2, f"{HELD}, beta2 0.003"),
     "apo_sloppy_h192_gsvk1024_b003": ("options ignored, 2.3M-parameter model", f"{HELD}, beta2 0.003"),
+    "apo_sloppy_h192_gsvk1024_b003_it120": ("options ignored, 2.3M-parameter model",
+                                            f"{HELD}, beta2 0.003, 120 iterations"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r2": ("options ignored, 2.3M-parameter model",
                                              f"{HELD}, 60 iterations, re-anchored on the seeds' averaged weights, 60 more"),
     "apo_sloppy_h192_gsvk1024_b03_soup_r3": ("options ignored, 2.3M-parameter model",
@@ -558,6 +560,29 @@ if failures_path.exists():
 display(Markdown("\n".join(lines)))
 
 # %% [markdown]
+# ### The pretrained model on a lent GPU
+#
+# SmolLM2-135M-Instruct imitated the same demonstrators (the `gpu` profile; the README's GPU table), and A*PO ran
+# from it on GPUs lent for one session each: a few iterations per seed, and each lease trains its own π_ref, since a
+# lent machine starts bare. Each run's seeds against its π_ref on the 200 test goals:
+
+# %%
+from apo_helpers.analysis.readme import gpu_gains
+
+gpu_runs = gpu_gains(RESULTS_DIR)
+if not gpu_runs.empty:
+    display(gpu_runs.round({"pi_ref": 3, "mean": 3, "spread": 3, "gain": 3}))
+    lines = []
+    for _, r in gpu_runs.iterrows():
+        rate = "" if pd.isna(r["lr"]) else f" at lr {r['lr']:g}"
+        spread = ("" if pd.isna(r["gain > spread"]) else f", spread over seeds {r['spread']:.1%}, "
+                  + ("smaller than the gain" if r["gain > spread"] else "not smaller than the gain"))
+        lines.append(f"- `{r['run']}` ({r['demonstrator']}, {r['device']}): π_ref {r['pi_ref']:.1%}; A*PO{rate}, "
+                     f"{r['iterations']} iterations, {r['mean']:.1%} over {r['seeds']} seed(s): {r['gain']:+.1%}"
+                     f"{spread} (the target was +10 points).")
+    display(Markdown("\n".join(lines)))
+
+# %% [markdown]
 # ## 3. How sure are the gains? Intervals over goals and seeds
 #
 # A run's gain is measured on 200 test goals with three seeds, and both are draws of chance: three other seeds, or
@@ -604,12 +629,13 @@ gains.round(3)
 # it did from the first, where does β₂ = 0.01 fall between them, and does re-anchoring add to β₂ = 0.003 there?
 # And from the strongest 2.3M π_ref, the one retrained on an AMD EPYC with AVX2 kernels, does re-anchoring add to
 # the held recipe there, and does β₂ = 0.003 end above 0.03 from it too? And from the first 2.3M π_ref, the one
-# every re-anchored round above started from, does β₂ = 0.003 end above 0.03, and how does its one round compare
-# with the rounds re-anchored once and twice? And from the Xeon π_ref again, does drawing the option values with
-# the failed draws held at π_ref (`explore_options=0.3 hold_failed_draws=True`) add to β₂ = 0.003, or to the held
-# β₂ = 0.03? And are rollouts sampled at temperature 0.7 better to learn from than at 1.0, at β₂ = 0.003? Each
-# difference is given on val too where
-# both sides were played there (the `(val)` columns): the same question asked of 200 other unseen goals.
+# every re-anchored round above started from, does β₂ = 0.003 end above 0.03, how does its one round compare
+# with the rounds re-anchored once and twice, do 60 more iterations with the same π_ref and V* add to it, or does
+# its seeds' soup? And from the Xeon π_ref again, does drawing the option values with the failed draws held at
+# π_ref (`explore_options=0.3 hold_failed_draws=True`) add to β₂ = 0.003, or to the held β₂ = 0.03? And are
+# rollouts sampled at temperature 0.7 better to learn from than at 1.0, at β₂ = 0.003? Each difference is given on
+# val too where both sides were played there (the `(val)` columns): the same question asked of 200 other unseen
+# goals.
 
 # %%
 if not gains.empty:
@@ -626,6 +652,9 @@ if not gains.empty:
              ("apo_sloppy_h192_avx2_gsvk1024_b003", avx2), ("apo_sloppy_h192_avx2_gsvk1024_b003", f"{avx2}_r2"),
              ("apo_sloppy_h192_gsvk1024_b003", held), ("apo_sloppy_h192_gsvk1024_b003", f"{held}_r2"),
              ("apo_sloppy_h192_gsvk1024_b003", f"{held}_r3"),
+             ("apo_sloppy_h192_gsvk1024_b003_it120", "apo_sloppy_h192_gsvk1024_b003"),
+             ("apo_sloppy_h192_gsvk1024_b003_it120", f"{held}_r3"),
+             ("apo_sloppy_h192_gsvk1024_b003_soup", "apo_sloppy_h192_gsvk1024_b003"),
              (f"{xeon}_r3_v01", f"{xeon}_r3"),
              ("apo_sloppy_h192_xeon_gsvk1024_b01", xeon), ("apo_sloppy_h192_xeon_gsdk1024_b03", xeon),
              ("apo_sloppy_h192_xeon_gsvk1024_b003", "apo_sloppy_h192_xeon_gsvk1024_b01"),

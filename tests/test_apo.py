@@ -264,6 +264,8 @@ def test_cli_train_ref_no_eval_saves_pi_ref_without_evaluating_it(tmp_path, monk
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert (tmp_path / "model.safetensors").exists() and metrics["demo_goals"] == 12
     assert not {"val", "test"} & set(metrics)
+    assert metrics["model"] == "tiny" and set(metrics["model_size"]) == {"hidden_size", "intermediate_size",
+                                                                       "num_layers", "num_heads"}
 
 
 def test_cache_key_depends_on_what_changes_the_samples(models):

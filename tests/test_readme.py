@@ -309,6 +309,30 @@ def test_gpu_table_reads_the_run_and_its_seeds(tmp_path):
     assert lines[5] == "| apo | GPU Y | 2 | 0.0%, 34.5% | 0.500 | 5.00 | 6-8 iterations x 64 episodes, lr 5e-05 | 200 |"
 
 
+def test_gpu_gains_compare_each_run_with_its_pi_ref(tmp_path):
+    from apo_helpers.analysis.readme import gpu_gains
+
+    assert gpu_gains(tmp_path).empty
+    (tmp_path / "gpu_sloppy_run.json").write_text(json.dumps({
+        "device": "GPU Y (torch 9)", "model": "smollm2-135m", "demonstrator": "options ignored in 50%",
+        "pi_ref": {"test_success_rate": 0.4}, "commands": ["train-ref ...", "train --set beta2=0.03 lr=2e-5"]}))
+    pd.DataFrame([{"objective": "apo", "seed": s, "iterations": i, "test_success": v}
+                  for s, i, v in [(0, 5, 0.5), (1, 4, 0.6)]]).to_csv(tmp_path / "apo_gpu_sloppy_gpu_seeds.csv",
+                                                                      index=False)
+    row = gpu_gains(tmp_path).iloc[0]
+    assert (row["run"], row["device"], row["seeds"], row["iterations"], row["lr"]) == (
+        "apo_gpu_sloppy_gpu", "GPU Y", 2, "4-5", 2e-5)
+    assert row["mean"] == pytest.approx(0.55) and row["spread"] == pytest.approx(0.05)
+    assert row["gain"] == pytest.approx(0.15) and row["gain > spread"]
+    # one seed: no spread to compare the gain with
+    (tmp_path / "gpu_run.json").write_text(json.dumps({"device": "GPU X", "model": "smollm2-135m",
+                                                       "pi_ref": {"test_success_rate": 0.62}}))
+    pd.DataFrame([{"objective": "apo", "seed": 0, "iterations": 20, "test_success": 0.6}]).to_csv(
+        tmp_path / "apo_gpu_seeds.csv", index=False)
+    first = gpu_gains(tmp_path).iloc[0]
+    assert first["demonstrator"] == "full expert" and pd.isna(first["gain > spread"]) and pd.isna(first["lr"])
+
+
 def test_generalization_table_gives_each_group_its_gain(tmp_path):
     from apo_helpers.analysis.readme import generalization_table
 

@@ -409,13 +409,26 @@ def ref_sweep_table(results: Path = RESULTS_DIR) -> str | None:
     return _markdown(table)
 
 
-GPU_RUNS = (("gpu_run.json", "apo_gpu_seeds.csv"), ("gpu_sloppy_run.json", "apo_gpu_sloppy_gpu_seeds.csv"))
-"""The ``gpu`` profile's runs on lent GPUs: (the run's details, its seeds' table), one pair per pi_ref."""
+GPU_RUNS = (("gpu_run.json", "apo_gpu_seeds.csv"), ("gpu_sloppy_run.json", "apo_gpu_sloppy_gpu_seeds.csv"),
+            ("gpu_sloppy_lr2e5_run.json", "apo_gpu_sloppy_lr2e5_gpu_seeds.csv"))
+"""The ``gpu`` profile's runs on lent GPUs: (the run's details, its seeds' table), one pair per lease (each lease
+trains its own pi_ref: a lent machine starts bare)."""
 
 
 def _iterations(runs: pd.DataFrame) -> str:
     low, high = int(runs["iterations"].min()), int(runs["iterations"].max())
     return f"{low}" if low == high else f"{low}-{high}"
+
+
+def _gpu_runs(results: Path):
+    """``(seeds file name, run details, seeds table, A*PO's learning rate or None)`` of each run in ``GPU_RUNS``
+    whose two files exist; the rate is the one its ``apo_command`` or ``commands`` set."""
+    for run_name, seeds_name in GPU_RUNS:
+        run_path, seeds_path = results / run_name, results / seeds_name
+        if run_path.exists() and seeds_path.exists():
+            run = json.loads(run_path.read_text())
+            lr = re.search(r"\blr=(\S+)", " ".join([run.get("apo_command", ""), *run.get("commands", [])]))
+            yield seeds_name, run, pd.read_csv(seeds_path), float(lr.group(1)) if lr else None
 
 
 def gpu_table(results: Path = RESULTS_DIR) -> str | None:
@@ -424,11 +437,7 @@ def gpu_table(results: Path = RESULTS_DIR) -> str | None:
     seeds' table: the A*PO rows, with the learning rate its ``apo_command`` or ``commands`` set). Seeds stopped by
     ``max_minutes`` give their range of iterations."""
     rows = []
-    for run_name, seeds_name in GPU_RUNS:
-        run_path, seeds_path = results / run_name, results / seeds_name
-        if not (run_path.exists() and seeds_path.exists()):
-            continue
-        run, df = json.loads(run_path.read_text()), pd.read_csv(seeds_path)
+    for _, run, df, lr in _gpu_runs(results):
         ref, device = run["pi_ref"], run["device"].split(" (")[0]  # the card's name, without the versions
         demonstrator = f", {run['demonstrator']}" if run.get("demonstrator") else ""
         rows.append({"policy": f"pi_ref ({run['model']}, imitation{demonstrator})", "device": device,
@@ -436,7 +445,6 @@ def gpu_table(results: Path = RESULTS_DIR) -> str | None:
                      "test mean score": f"{ref['test_mean_score']:.3f}", "mean steps": f"{ref['test_mean_steps']:.2f}",
                      "training": f"{ref['sft_steps']} steps x {ref['sft_batch']} chats, lr {ref['lr']:g}",
                      "training s": f"{ref['train_seconds']:.0f}"})
-        lr = re.search(r"\blr=(\S+)", " ".join([run.get("apo_command", ""), *run.get("commands", [])]))
         for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
             per_iteration = int(runs["episodes"].iloc[0] // runs["iterations"].iloc[0])
             rows.append({"policy": objective, "device": device, "seeds": len(runs),
@@ -444,9 +452,27 @@ def gpu_table(results: Path = RESULTS_DIR) -> str | None:
                          "test mean score": f"{runs['test_score'].mean():.3f}",
                          "mean steps": f"{runs['test_steps'].mean():.2f}",
                          "training": f"{_iterations(runs)} iterations x {per_iteration} episodes"
-                                     + (f", lr {float(lr.group(1)):g}" if lr else ""),
+                                     + (f", lr {lr:g}" if lr else ""),
                          "training s": f"{runs['train_seconds'].mean():.0f}"})
     return _markdown(pd.DataFrame(rows)) if rows else None
+
+
+def gpu_gains(results: Path = RESULTS_DIR) -> pd.DataFrame:
+    """One row per run in ``GPU_RUNS`` whose two files exist: its pi_ref's test success, the seeds' mean and spread
+    (population std) on test, the gain over pi_ref, whether the gain is larger than the spread, and the iterations
+    and learning rate (notebook 07 section 2). A run of one seed has no spread to compare (``None``). Empty when no
+    GPU run is committed."""
+    rows = []
+    for seeds_name, run, df, lr in _gpu_runs(results):
+        seeds = df[df["objective"] == "apo"]["test_success"]
+        start = run["pi_ref"]["test_success_rate"]
+        rows.append({"run": seeds_name.removesuffix("_seeds.csv"), "device": run["device"].split(" (")[0],
+                     "demonstrator": run.get("demonstrator", "full expert"), "pi_ref": start,
+                     "seeds": len(seeds), "iterations": _iterations(df[df["objective"] == "apo"]),
+                     "lr": lr, "mean": seeds.mean(),
+                     "spread": seeds.std(ddof=0), "gain": seeds.mean() - start,
+                     "gain > spread": bool(seeds.mean() - start > seeds.std(ddof=0)) if len(seeds) > 1 else None})
+    return pd.DataFrame(rows)
 
 
 def generalization_table(results: Path = RESULTS_DIR) -> str | None:
