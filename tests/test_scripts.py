@@ -18,8 +18,8 @@ SCRIPT = PROJECT_ROOT / "scripts" / "gpu_lease.sh"
 
 def run_script(tmp_path: Path, **settings) -> subprocess.CompletedProcess:
     """The script with ``settings`` as its environment, this interpreter first on the PATH, run from the project."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1",
-           "WORK": str(tmp_path), "SAVE": "0", **settings}
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "OMP_NUM_THREADS": "1", "WORK": str(tmp_path), "SAVE": "0", **settings}
     return subprocess.run(["bash", str(SCRIPT)], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
                           timeout=900)
 

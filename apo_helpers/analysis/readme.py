@@ -421,14 +421,15 @@ def _iterations(runs: pd.DataFrame) -> str:
 
 
 def _gpu_runs(results: Path):
-    """``(seeds file name, run details, seeds table, A*PO's learning rate or None)`` of each run in ``GPU_RUNS``
-    whose two files exist; the rate is the one its ``apo_command`` or ``commands`` set."""
+    """``(seeds file name, run details, the card's name, seeds table, A*PO's learning rate or None)`` of each run in
+    ``GPU_RUNS`` whose two files exist; the rate is the one its ``apo_command`` or ``commands`` set."""
     for run_name, seeds_name in GPU_RUNS:
         run_path, seeds_path = results / run_name, results / seeds_name
         if run_path.exists() and seeds_path.exists():
             run = json.loads(run_path.read_text())
+            device = run["device"].split(" (")[0]  # without the versions
             lr = re.search(r"\blr=(\S+)", " ".join([run.get("apo_command", ""), *run.get("commands", [])]))
-            yield seeds_name, run, pd.read_csv(seeds_path), float(lr.group(1)) if lr else None
+            yield seeds_name, run, device, pd.read_csv(seeds_path), float(lr.group(1)) if lr else None
 
 
 def gpu_table(results: Path = RESULTS_DIR) -> str | None:
@@ -437,8 +438,8 @@ def gpu_table(results: Path = RESULTS_DIR) -> str | None:
     seeds' table: the A*PO rows, with the learning rate its ``apo_command`` or ``commands`` set). Seeds stopped by
     ``max_minutes`` give their range of iterations."""
     rows = []
-    for _, run, df, lr in _gpu_runs(results):
-        ref, device = run["pi_ref"], run["device"].split(" (")[0]  # the card's name, without the versions
+    for _, run, device, df, lr in _gpu_runs(results):
+        ref = run["pi_ref"]
         demonstrator = f", {run['demonstrator']}" if run.get("demonstrator") else ""
         rows.append({"policy": f"pi_ref ({run['model']}, imitation{demonstrator})", "device": device,
                      "seeds": "-", "test success": f"{ref['test_success_rate']:.1%}",
@@ -463,15 +464,14 @@ def gpu_gains(results: Path = RESULTS_DIR) -> pd.DataFrame:
     and learning rate (notebook 07 section 2). A run of one seed has no spread to compare (``None``). Empty when no
     GPU run is committed."""
     rows = []
-    for seeds_name, run, df, lr in _gpu_runs(results):
-        seeds = df[df["objective"] == "apo"]["test_success"]
-        start = run["pi_ref"]["test_success_rate"]
-        rows.append({"run": seeds_name.removesuffix("_seeds.csv"), "device": run["device"].split(" (")[0],
+    for seeds_name, run, device, df, lr in _gpu_runs(results):
+        runs = df[df["objective"] == "apo"]
+        seeds, start = runs["test_success"], run["pi_ref"]["test_success_rate"]
+        gain, spread = seeds.mean() - start, seeds.std(ddof=0)
+        rows.append({"run": seeds_name.removesuffix("_seeds.csv"), "device": device,
                      "demonstrator": run.get("demonstrator", "full expert"), "pi_ref": start,
-                     "seeds": len(seeds), "iterations": _iterations(df[df["objective"] == "apo"]),
-                     "lr": lr, "mean": seeds.mean(),
-                     "spread": seeds.std(ddof=0), "gain": seeds.mean() - start,
-                     "gain > spread": bool(seeds.mean() - start > seeds.std(ddof=0)) if len(seeds) > 1 else None})
+                     "seeds": len(seeds), "iterations": _iterations(runs), "lr": lr, "mean": seeds.mean(),
+                     "spread": spread, "gain": gain, "gain > spread": bool(gain > spread) if len(seeds) > 1 else None})
     return pd.DataFrame(rows)
 
 
