@@ -3,6 +3,7 @@ side by side, gathered), dry-run on a CPU under the ``ci`` profile."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -33,10 +34,65 @@ def test_a_failed_step_stops_the_chain_and_names_its_log(tmp_path):
 
 @pytest.mark.slow
 def test_the_chain_runs_to_a_gathered_table(tmp_path):
-    done = run_script(tmp_path, PROFILE="ci", SET="vstar_goals=16 greedy_search=True", MINUTES="0.1", NAME="dry")
+    done = run_script(tmp_path, PROFILE="ci", SET="vstar_goals=16 greedy_search=True", MINUTES="5", DEADLINE="1",
+                      NAME="dry")
     assert done.returncode == 0, done.stdout + done.stderr
     table = pd.read_csv(tmp_path / "dry" / "results.csv")
     assert sorted(table["seed"]) == [0, 1, 2] and (table["objective"] == "apo").all()
+    # the deadline, long past once stage 1 is done, cuts the 5-minute budget to its floor
     assert "max_minutes=0.1" in table["apo_overrides"].iloc[0] and "lr=2e-05" in table["apo_overrides"].iloc[0]
-    assert (tmp_path / "dry_logs" / "pi_ref_test.json").read_text().startswith("{")
+    logs = tmp_path / "dry_logs"
+    assert "training budget: 0.10 minutes per seed" in (logs / "timeline.txt").read_text()
+    assert (logs / "pi_ref_test.json").read_text().startswith("{")
+    assert json.loads((logs / "pi_ref_metrics.json").read_text())["profile"] == "ci"
+    assert pd.read_csv(logs / "results.csv").equals(table)
     assert not list((PROJECT_ROOT / "data" / "results").glob("dry_*"))  # SAVE=0 writes nothing there
+
+
+def fake_lease(log: Path) -> None:
+    """A log folder as a lease of the chain leaves it when the call ends with seed 0 still in its test evaluation."""
+    log.mkdir()
+    (log / "timeline.txt").write_text("[11:42:25 +0s] start: profile gpu, lr 2e-5, 4.2 minutes of training per seed\n"
+                                      "[11:44:03 +98s] pi_ref trained\n[11:46:11 +226s] stage 1 done\n")
+    ref = {"profile": "gpu", "demonstrations": 595, "demo_skip_options": 0.5, "train_seconds": 77.6,
+           "final_loss": 0.0109, "numerics": {"gpu": "NVIDIA H200", "torch": "2.11", "transformers": "5.17"}}
+    (log / "train_ref.log").write_text("imitation: 100%|##| 400/400\r{'not': 'this'}\n" + json.dumps(ref, indent=1))
+    (log / "pi_ref_test.json").write_text(json.dumps({"success_rate": 0.46, "mean_score": 0.78, "mean_steps": 3.8,
+                                                      "invalid_rate": 0.03, "episodes": 200,
+                                                      "success_ci95": [0.39, 0.53]}))
+    (log / "vstar.json").write_text(json.dumps({"key": "k", "goals": 93, "dropped_by_filters": 35, "N": 8,
+                                                "beta1": 0.5, "mean_vstar": 0.75, "mean_reward": 0.73,
+                                                "sample_success": 0.3, "goals_never_solved": 24}))
+
+    def bar(seed, iteration, kl, val):
+        return (f"apo seed {seed}:  2%|| {iteration}/60 [00:26<25:47, 26.23s/it]\r"
+                f"apo seed {seed}:  2%|| {iteration}/60 [00:26<25:47, 26.23s/it, kl={kl}, reward=0.74, success=0.27,"
+                f" val={val}]\r")
+    (log / "seed_0.log").write_text(bar(0, 1, "0.00", "0.42") + bar(0, 2, "3.28", "0.58"))
+    finished = {"objective": "apo", "seed": 1, "iterations": 2, "test_success": 0.56,
+                "apo_overrides": "beta2=0.03 eval_every=1000 max_minutes=4.2"}
+    (log / "seed_1.log").write_text(bar(1, 1, "0.00", "0.42") + bar(1, 2, "1.50", "0.56") + "\n"
+                                    + json.dumps(finished) + "\n")
+
+
+def test_a_lease_is_recorded_from_its_logs_with_the_seeds_that_finished(tmp_path, monkeypatch):
+    import runpy
+
+    record = runpy.run_path(str(PROJECT_ROOT / "scripts" / "gpu_record.py"))
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setitem(record["main"].__globals__, "RESULTS", results)
+    fake_lease(tmp_path / "res")
+    record["main"](str(tmp_path / "res"), "apo_long", "long_run")
+    seeds = pd.read_csv(results / "apo_long_gpu_seeds.csv")
+    assert list(seeds["seed"]) == [1] and seeds["test_success"].iloc[0] == 0.56
+    progress = pd.read_csv(results / "apo_long_gpu_progress.csv")
+    assert progress.groupby("seed")["iteration"].max().to_dict() == {0: 2, 1: 2}
+    run = json.loads((results / "long_run.json").read_text())
+    assert run["seeds_finished"] == [1] and run["seeds_unfinished"] == {
+        "0": {"iterations": 2, "last_val_success": 0.58, "last_kl": 3.28}}
+    assert run["timeline_seconds"] == {"start": 0, "pi_ref trained": 98, "stage 1 done": 226}
+    assert run["pi_ref"]["test_success_rate"] == 0.46 and run["pi_ref"]["train_seconds"] == 77.6
+    assert run["device"].startswith("NVIDIA H200") and run["max_kl"] == 3.28
+    assert "lr=2e-5" in run["commands"][-1] and "max_minutes=4.2" in run["commands"][-1]
+    assert "eval_every" not in run["commands"][2]  # stage 1's command keeps the recipe alone

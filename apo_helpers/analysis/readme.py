@@ -410,9 +410,11 @@ def ref_sweep_table(results: Path = RESULTS_DIR) -> str | None:
 
 
 GPU_RUNS = (("gpu_run.json", "apo_gpu_seeds.csv"), ("gpu_sloppy_run.json", "apo_gpu_sloppy_gpu_seeds.csv"),
-            ("gpu_sloppy_lr2e5_run.json", "apo_gpu_sloppy_lr2e5_gpu_seeds.csv"))
+            ("gpu_sloppy_lr2e5_run.json", "apo_gpu_sloppy_lr2e5_gpu_seeds.csv"),
+            ("gpu_sloppy_lr2e5_long_run.json", "apo_gpu_sloppy_lr2e5_long_gpu_seeds.csv"))
 """The ``gpu`` profile's runs on lent GPUs: (the run's details, its seeds' table), one pair per lease (each lease
-trains its own pi_ref: a lent machine starts bare)."""
+trains its own pi_ref: a lent machine starts bare). A seeds' table holds the seeds that reached their test
+evaluation (``scripts/gpu_record.py``): the lr 2e-5 run of 13 iterations lost its seed 0 to the end of the call."""
 
 
 def _iterations(runs: pd.DataFrame) -> str:
