@@ -7,7 +7,8 @@ commands, the seeds that did not finish), NAME_gpu_seeds.csv (one row per finish
 LOG/results.csv, when the chain got that far, else the metrics each finished seed printed last in LOG/seed_k.log,
 which are the rows the gather would have written) and NAME_gpu_progress.csv (each seed's iterations as its progress
 bar showed them: KL, reward and success of the batch, the latest val success; rounded to two decimals), which is
-all that comes back of a seed whose call ended before its test evaluation.
+all that comes back of a seed whose call ended before its test evaluation. It records the chain's first round; the
+gather of each later round (ROUNDS) writes that round's tables itself, as LOG/r<r>_results.csv too.
 """
 
 from __future__ import annotations

@@ -35,17 +35,26 @@ def test_a_failed_step_stops_the_chain_and_names_its_log(tmp_path):
 @pytest.mark.slow
 def test_the_chain_runs_to_a_gathered_table(tmp_path):
     done = run_script(tmp_path, PROFILE="ci", SET="vstar_goals=16 greedy_search=True", MINUTES="5", DEADLINE="1",
-                      NAME="dry")
+                      ROUNDS="2", NAME="dry")
     assert done.returncode == 0, done.stdout + done.stderr
     table = pd.read_csv(tmp_path / "dry" / "results.csv")
     assert sorted(table["seed"]) == [0, 1, 2] and (table["objective"] == "apo").all()
     # the deadline, long past once stage 1 is done, cuts the 5-minute budget to its floor
     assert "max_minutes=0.1" in table["apo_overrides"].iloc[0] and "lr=2e-05" in table["apo_overrides"].iloc[0]
     logs = tmp_path / "dry_logs"
-    assert "training budget: 0.10 minutes per seed" in (logs / "timeline.txt").read_text()
+    timeline = (logs / "timeline.txt").read_text()
+    assert "round 1 training budget: 0.10 minutes per seed" in timeline
     assert (logs / "pi_ref_test.json").read_text().startswith("{")
     assert json.loads((logs / "pi_ref_metrics.json").read_text())["profile"] == "ci"
     assert pd.read_csv(logs / "results.csv").equals(table)
+    # the second round re-anchored each seed on its own first-round policy, measured against the first pi_ref
+    second = pd.read_csv(logs / "r2_results.csv")
+    assert sorted(second["seed"]) == [0, 1, 2] and (second["ref_rounds"] == 1).all()
+    assert (second["ref"] == table["ref"].iloc[0]).all() and (second["ref_iterations"] == table["iterations"]).all()
+    # (the ci pi_ref's samples all score alike, so A*PO leaves its weights and their stage-1 key as they were)
+    assert all(json.loads((logs / f"r2_vstar_{k}.json").read_text())["goals"] == 16 for k in range(3))
+    assert "round 2 gathered" in timeline and timeline.rstrip().endswith("done; pi_ref's test result in "
+                                                                          f"{logs}/pi_ref_test.json")
     assert not list((PROJECT_ROOT / "data" / "results").glob("dry_*"))  # SAVE=0 writes nothing there
 
 
