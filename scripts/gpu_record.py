@@ -28,10 +28,15 @@ BAR = re.compile(r"seed (\d+):.*?(\d+)/\d+ \[[^\]]*, "
 NOT_STAGE1 = r"(lr|warmup|eval_every|eval_episodes|checkpoint_every|max_minutes)="
 
 
-def progress(log: Path) -> pd.DataFrame:
+def lines(path: Path) -> list[str]:
+    """A log's lines, a progress bar's redraws (carriage returns) each on its own."""
+    return path.read_text(errors="replace").replace("\r", "\n").splitlines()
+
+
+def progress(log: list[str]) -> pd.DataFrame:
     """The last postfix the progress bar showed at each iteration (the bar ticks, then shows that iteration's)."""
     rows = {}
-    for line in log.read_text(errors="replace").replace("\r", "\n").splitlines():
+    for line in log:
         if match := BAR.search(line):
             seed, iteration, *values = match.groups()
             rows[int(iteration)] = dict(seed=int(seed), iteration=int(iteration),
@@ -39,33 +44,34 @@ def progress(log: Path) -> pd.DataFrame:
     return pd.DataFrame(list(rows.values()))
 
 
-def finished(log: Path) -> dict | None:
+def finished(log: list[str]) -> dict | None:
     """The metrics a seed prints once its test evaluation is done; None when it never got there."""
-    text = log.read_text(errors="replace").replace("\r", "\n")
-    lines = [line for line in text.splitlines() if line.startswith('{"objective"')]
-    return json.loads(lines[-1]) if lines else None
+    printed = [line for line in log if line.startswith('{"objective"')]
+    return json.loads(printed[-1]) if printed else None
 
 
 def ref_metrics(log: Path) -> dict:
     """pi_ref's ``metrics.json``: the copy the chain made at its end, else the same text train-ref printed last."""
     if (log / "pi_ref_metrics.json").exists():
         return json.loads((log / "pi_ref_metrics.json").read_text())
-    lines = (log / "train_ref.log").read_text(errors="replace").replace("\r", "\n").splitlines()
-    return json.loads("\n".join(lines[len(lines) - 1 - lines[::-1].index("{"):]))
+    text = lines(log / "train_ref.log")
+    return json.loads("\n".join(text[len(text) - 1 - text[::-1].index("{"):]))
 
 
 def main(log: str, name: str, record: str, profile: str = "gpu") -> None:
     log = Path(log)
-    seed_logs = sorted(log.glob("seed_*.log"))
+    seed_logs = [lines(path) for path in sorted(log.glob("seed_*.log"))]
     gathered = log / "results.csv"
     seeds = pd.read_csv(gathered) if gathered.exists() else pd.DataFrame(
         [m for m in map(finished, seed_logs) if m is not None])
-    traces = pd.concat([progress(path) for path in seed_logs], ignore_index=True)
+    traces = pd.concat(map(progress, seed_logs), ignore_index=True)
     metrics = ref_metrics(log)
     ref_cfg = get_profile(profile).reference
     test = json.loads((log / "pi_ref_test.json").read_text())
     vstar = json.loads((log / "vstar.json").read_text())
-    stamps = re.findall(r"\+(\d+)s\] ([^:\n]+)", (log / "timeline.txt").read_text())
+    timeline = (log / "timeline.txt").read_text()
+    stamps = re.findall(r"\+(\d+)s\] ([^:\n]+)", timeline)
+    lr = re.search(r"lr (\S+),", timeline).group(1)  # the chain's first line names the A*PO rate it ran with
     num = metrics["numerics"]
     overrides = seeds["apo_overrides"].iloc[0]
     stage1 = " ".join(w for w in overrides.split() if not re.match(NOT_STAGE1, w))
@@ -87,7 +93,7 @@ def main(log: str, name: str, record: str, profile: str = "gpu") -> None:
                    "test_mean_steps": test["mean_steps"], "test_invalid_rate": test["invalid_rate"],
                    "test_episodes": test["episodes"], "test_ci95": test["success_ci95"]},
         "vstar": {k: vstar[k] for k in ("key", "goals", "N", "beta1", "mean_vstar", "mean_reward", "sample_success",
-                                        "goals_never_solved")} | {"dropped_by_filters": vstar["dropped_by_filters"]},
+                                        "goals_never_solved", "dropped_by_filters")},
         "seeds_finished": sorted(done),
         "seeds_unfinished": unfinished,
         "max_kl": float(traces["kl"].max()),
@@ -96,18 +102,13 @@ def main(log: str, name: str, record: str, profile: str = "gpu") -> None:
             f"evaluate --agent {ref} --profile {profile} --split test (beside stage 1)",
             f"vstar --ref {ref} --profile {profile} --set {stage1}",
             f"train --ref {ref} --profile {profile} --iterations 60 --skip-ref --out runs/{name} --set {stage1} "
-            f"lr={metrics_lr(log)} warmup=2 eval_every=1000 eval_episodes=64 checkpoint_every=1000 "
+            f"lr={lr} warmup=2 eval_every=1000 eval_episodes=64 checkpoint_every=1000 "
             f"max_minutes={minutes} --seeds k (k = 0, 1, 2 side by side)"],
     }
     RESULTS.joinpath(f"{record}.json").write_text(json.dumps(out, indent=1) + "\n")
     seeds.to_csv(RESULTS / f"{name}_{profile}_seeds.csv", index=False)
     traces.to_csv(RESULTS / f"{name}_{profile}_progress.csv", index=False)
     print(json.dumps(out, indent=1))
-
-
-def metrics_lr(log: Path) -> str:
-    """The A*PO learning rate the chain ran with, from its first line (``lr ...``)."""
-    return re.search(r"lr (\S+),", (log / "timeline.txt").read_text()).group(1)
 
 
 if __name__ == "__main__":
