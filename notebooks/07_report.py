@@ -565,7 +565,8 @@ display(Markdown("\n".join(lines)))
 # SmolLM2-135M-Instruct imitated the same demonstrators (the `gpu` profile; the README's GPU table), and A*PO ran
 # from it on GPUs lent for one session each: a few iterations per seed, and each lease trains its own π_ref, since a
 # lent machine starts bare. Each run's seeds against its π_ref on the 200 test goals (a seed whose call ended before
-# its test evaluation has no result: the `_long` run lost its seed 0 so):
+# its test evaluation has no result: the `_long` run lost its seed 0 so; the `_reanchor` lease ran two rounds of one
+# iteration, the second re-anchored on each seed's own policy, its `_r2` row):
 
 # %%
 from apo_helpers.analysis.readme import gpu_gains

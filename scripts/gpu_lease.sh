@@ -92,4 +92,4 @@ for round in $(seq 1 "$ROUNDS"); do
     cp "$out/results.csv" "$LOG/${tag}results.csv"
     stamp "round $round gathered: $out/results.csv"
 done
-stamp "done; pi_ref's test result in $LOG/pi_ref_test.json"
+stamp "done: pi_ref's test result in $LOG/pi_ref_test.json"

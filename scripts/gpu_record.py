@@ -58,6 +58,22 @@ def ref_metrics(log: Path) -> dict:
     return json.loads("\n".join(text[len(text) - 1 - text[::-1].index("{"):]))
 
 
+def later_rounds(timeline: str, name: str, profile: str, stage1: str, lr: str) -> list[str]:
+    """The commands of each re-anchored round (ROUNDS > 1) the timeline shows a training budget for; that round's
+    gather wrote its own tables (``NAME_r<r>_PROFILE_*.csv``)."""
+    commands = []
+    for r, minutes in re.findall(r"round (\d+) training budget: (\S+) minutes", timeline):
+        if int(r) == 1:
+            continue
+        prev = f"runs/{name}" + (f"_r{int(r) - 1}" if int(r) > 2 else "")
+        commands += [
+            f"vstar --ref {prev}/seed_k/policy --profile {profile} --set {stage1} (k = 0, 1, 2 side by side)",
+            f"train --ref '{prev}/seed_{{seed}}/policy' --profile {profile} --iterations 60 --skip-ref "
+            f"--out runs/{name}_r{r} --set {stage1} lr={lr} warmup=2 eval_every=1000 eval_episodes=64 "
+            f"checkpoint_every=1000 max_minutes={minutes} --seeds k (k = 0, 1, 2 side by side)"]
+    return commands
+
+
 def main(log: str, name: str, record: str, profile: str = "gpu") -> None:
     log = Path(log)
     seed_logs = [lines(path) for path in sorted(log.glob("seed_*.log"))]
@@ -70,7 +86,7 @@ def main(log: str, name: str, record: str, profile: str = "gpu") -> None:
     test = json.loads((log / "pi_ref_test.json").read_text())
     vstar = json.loads((log / "vstar.json").read_text())
     timeline = (log / "timeline.txt").read_text()
-    stamps = re.findall(r"\+(\d+)s\] ([^:\n]+)", timeline)
+    stamps = re.findall(r"\+(\d+)s\] ([^:;\n]+)", timeline)
     lr = re.search(r"lr (\S+),", timeline).group(1)  # the chain's first line names the A*PO rate it ran with
     num = metrics["numerics"]
     overrides = seeds["apo_overrides"].iloc[0]
@@ -103,7 +119,8 @@ def main(log: str, name: str, record: str, profile: str = "gpu") -> None:
             f"vstar --ref {ref} --profile {profile} --set {stage1}",
             f"train --ref {ref} --profile {profile} --iterations 60 --skip-ref --out runs/{name} --set {stage1} "
             f"lr={lr} warmup=2 eval_every=1000 eval_episodes=64 checkpoint_every=1000 "
-            f"max_minutes={minutes} --seeds k (k = 0, 1, 2 side by side)"],
+            f"max_minutes={minutes} --seeds k (k = 0, 1, 2 side by side)",
+            *later_rounds(timeline, name, profile, stage1, lr)],
     }
     RESULTS.joinpath(f"{record}.json").write_text(json.dumps(out, indent=1) + "\n")
     seeds.to_csv(RESULTS / f"{name}_{profile}_seeds.csv", index=False)

@@ -309,6 +309,24 @@ def test_gpu_table_reads_the_run_and_its_seeds(tmp_path):
     assert lines[5] == "| apo | GPU Y | 2 | 0.0%, 34.5% | 0.500 | 5.00 | 6-8 iterations x 64 episodes, lr 5e-05 | 200 |"
 
 
+def test_gpu_table_shows_a_leases_pi_ref_once_and_its_re_anchored_round(tmp_path, monkeypatch):
+    from apo_helpers.analysis import readme
+
+    monkeypatch.setattr(readme, "GPU_RUNS", (("lease.json", "r1_seeds.csv"), ("lease.json", "r2_seeds.csv")))
+    ref = {"sft_batch": 8, "sft_steps": 400, "lr": 2e-5, "train_seconds": 78.0, "test_success_rate": 0.46,
+           "test_mean_score": 0.78, "test_mean_steps": 3.8}
+    (tmp_path / "lease.json").write_text(json.dumps({"device": "GPU Z", "model": "m", "pi_ref": ref,
+                                                     "commands": ["train --set lr=2e-5"]}))
+    for name, rounds in (("r1_seeds.csv", 0), ("r2_seeds.csv", 1)):
+        pd.DataFrame([{"objective": "apo", "seed": s, "iterations": 1, "episodes": 64, "test_success": 0.5,
+                       "test_score": 0.7, "test_steps": 4.0, "train_seconds": 30.0, "ref_rounds": rounds,
+                       "ref_iterations": rounds} for s in (0, 1)]).to_csv(tmp_path / name, index=False)
+    lines = readme.gpu_table(tmp_path).splitlines()
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| pi_ref (m, imitation)", "| apo", "| apo, re-anchored"]
+    assert "| 1 + 1 iterations x 64 episodes, lr 2e-05 |" in lines[-1]
+    assert list(readme.gpu_gains(tmp_path)["iterations"]) == ["1", "1 + 1"]
+
+
 def test_gpu_gains_compare_each_run_with_its_pi_ref(tmp_path):
     from apo_helpers.analysis.readme import gpu_gains
 

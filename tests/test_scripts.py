@@ -105,3 +105,24 @@ def test_a_lease_is_recorded_from_its_logs_with_the_seeds_that_finished(tmp_path
     assert run["device"].startswith("NVIDIA H200") and run["max_kl"] == 3.28
     assert "lr=2e-5" in run["commands"][-1] and "max_minutes=4.2" in run["commands"][-1]
     assert "eval_every" not in run["commands"][2]  # stage 1's command keeps the recipe alone
+
+
+def test_a_re_anchored_lease_records_each_rounds_commands(tmp_path, monkeypatch):
+    import runpy
+
+    record = runpy.run_path(str(PROJECT_ROOT / "scripts" / "gpu_record.py"))
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setitem(record["main"].__globals__, "RESULTS", results)
+    fake_lease(tmp_path / "res")
+    with (tmp_path / "res" / "timeline.txt").open("a") as timeline:
+        timeline.write("[11:47:00 +275s] round 1 training budget: 0.36 minutes per seed\n"
+                       "[11:52:00 +575s] round 2 training budget: 0.10 minutes per seed\n"
+                       "[11:55:00 +755s] done; pi_ref's test result in /tmp/res/pi_ref_test.json\n")
+    record["main"](str(tmp_path / "res"), "apo_re", "re_run")
+    run = json.loads((results / "re_run.json").read_text())
+    assert list(run["timeline_seconds"])[-1] == "done"
+    stage1, train = run["commands"][-2:]
+    assert stage1.startswith("vstar --ref runs/apo_re/seed_k/policy") and "eval_every" not in stage1
+    assert train.startswith("train --ref 'runs/apo_re/seed_{seed}/policy'") and "--out runs/apo_re_r2" in train
+    assert "max_minutes=0.10" in train and "lr=2e-5" in train

@@ -411,47 +411,61 @@ def ref_sweep_table(results: Path = RESULTS_DIR) -> str | None:
 
 GPU_RUNS = (("gpu_run.json", "apo_gpu_seeds.csv"), ("gpu_sloppy_run.json", "apo_gpu_sloppy_gpu_seeds.csv"),
             ("gpu_sloppy_lr2e5_run.json", "apo_gpu_sloppy_lr2e5_gpu_seeds.csv"),
-            ("gpu_sloppy_lr2e5_long_run.json", "apo_gpu_sloppy_lr2e5_long_gpu_seeds.csv"))
+            ("gpu_sloppy_lr2e5_long_run.json", "apo_gpu_sloppy_lr2e5_long_gpu_seeds.csv"),
+            ("gpu_sloppy_lr2e5_reanchor_run.json", "apo_gpu_sloppy_lr2e5_reanchor_gpu_seeds.csv"),
+            ("gpu_sloppy_lr2e5_reanchor_run.json", "apo_gpu_sloppy_lr2e5_reanchor_r2_gpu_seeds.csv"))
 """The ``gpu`` profile's runs on lent GPUs: (the run's details, its seeds' table), one pair per lease (each lease
 trains its own pi_ref: a lent machine starts bare). A seeds' table holds the seeds that reached their test
-evaluation (``scripts/gpu_record.py``): the lr 2e-5 run of 13 iterations lost its seed 0 to the end of the call."""
+evaluation (``scripts/gpu_record.py``): the lr 2e-5 run of 13 iterations lost its seed 0 to the end of the call.
+The last two pairs are one lease's two rounds: one iteration from pi_ref, then one more from each seed's policy
+re-anchored (``ROUNDS=2``)."""
 
 
 def _iterations(runs: pd.DataFrame) -> str:
+    """The seeds' iterations (a range where a time budget stopped them apart), after the earlier rounds' for a
+    re-anchored run (``ref_iterations``): ``"1 + 1"`` is one iteration from pi_ref, then one from each seed's policy."""
     low, high = int(runs["iterations"].min()), int(runs["iterations"].max())
-    return f"{low}" if low == high else f"{low}-{high}"
+    text = f"{low}" if low == high else f"{low}-{high}"
+    if "ref_rounds" in runs and runs["ref_rounds"].fillna(0).max() > 0:
+        before = runs["ref_iterations"].astype(int)
+        text = f"{before.min()}" + ("" if before.min() == before.max() else f"-{before.max()}") + f" + {text}"
+    return text
 
 
 def _gpu_runs(results: Path):
-    """``(seeds file name, run details, the card's name, seeds table, A*PO's learning rate or None)`` of each run in
-    ``GPU_RUNS`` whose two files exist; the rate is the one its ``apo_command`` or ``commands`` set."""
+    """``(run file name, seeds file name, run details, the card's name, seeds table, A*PO's learning rate or None)``
+    of each run in ``GPU_RUNS`` whose two files exist; the rate is the one its ``apo_command`` or ``commands`` set."""
     for run_name, seeds_name in GPU_RUNS:
         run_path, seeds_path = results / run_name, results / seeds_name
         if run_path.exists() and seeds_path.exists():
             run = json.loads(run_path.read_text())
             device = run["device"].split(" (")[0]  # without the versions
             lr = re.search(r"\blr=(\S+)", " ".join([run.get("apo_command", ""), *run.get("commands", [])]))
-            yield seeds_name, run, device, pd.read_csv(seeds_path), float(lr.group(1)) if lr else None
+            yield run_name, seeds_name, run, device, pd.read_csv(seeds_path), float(lr.group(1)) if lr else None
 
 
 def gpu_table(results: Path = RESULTS_DIR) -> str | None:
     """The ``gpu`` profile's runs on GPUs: SmolLM2's imitation pi_ref and A*PO from it, one block per run in
-    ``GPU_RUNS`` whose two files exist (the ``*_run.json``: the device and pi_ref's training and test result; the
-    seeds' table: the A*PO rows, with the learning rate its ``apo_command`` or ``commands`` set). Seeds stopped by
-    ``max_minutes`` give their range of iterations."""
-    rows = []
-    for _, run, device, df, lr in _gpu_runs(results):
+    ``GPU_RUNS`` whose two files exist (the ``*_run.json``: the device and pi_ref's training and test result, shown
+    once for a lease's rounds; the seeds' table: the A*PO rows, with the learning rate its ``apo_command`` or
+    ``commands`` set). Seeds stopped by ``max_minutes`` give their range of iterations."""
+    rows, shown = [], set()
+    for run_name, _, run, device, df, lr in _gpu_runs(results):
         ref = run["pi_ref"]
         demonstrator = f", {run['demonstrator']}" if run.get("demonstrator") else ""
-        rows.append({"policy": f"pi_ref ({run['model']}, imitation{demonstrator})", "device": device,
-                     "seeds": "-", "test success": f"{ref['test_success_rate']:.1%}",
-                     "test mean score": f"{ref['test_mean_score']:.3f}", "mean steps": f"{ref['test_mean_steps']:.2f}",
-                     "training": f"{ref['sft_steps']} steps x {ref['sft_batch']} chats, lr {ref['lr']:g}",
-                     "training s": f"{ref['train_seconds']:.0f}"})
+        if run_name not in shown:  # a lease's later rounds start from the same pi_ref
+            shown.add(run_name)
+            rows.append({"policy": f"pi_ref ({run['model']}, imitation{demonstrator})", "device": device,
+                         "seeds": "-", "test success": f"{ref['test_success_rate']:.1%}",
+                         "test mean score": f"{ref['test_mean_score']:.3f}",
+                         "mean steps": f"{ref['test_mean_steps']:.2f}",
+                         "training": f"{ref['sft_steps']} steps x {ref['sft_batch']} chats, lr {ref['lr']:g}",
+                         "training s": f"{ref['train_seconds']:.0f}"})
         for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
             per_iteration = int(runs["episodes"].iloc[0] // runs["iterations"].iloc[0])
-            rows.append({"policy": objective, "device": device, "seeds": len(runs),
-                         "test success": ", ".join(f"{v:.1%}" for v in runs["test_success"]),
+            anchored = "ref_rounds" in runs and runs["ref_rounds"].fillna(0).max() > 0
+            rows.append({"policy": objective + (", re-anchored" if anchored else ""), "device": device,
+                         "seeds": len(runs), "test success": ", ".join(f"{v:.1%}" for v in runs["test_success"]),
                          "test mean score": f"{runs['test_score'].mean():.3f}",
                          "mean steps": f"{runs['test_steps'].mean():.2f}",
                          "training": f"{_iterations(runs)} iterations x {per_iteration} episodes"
@@ -466,7 +480,7 @@ def gpu_gains(results: Path = RESULTS_DIR) -> pd.DataFrame:
     and learning rate (notebook 07 section 2). A run of one seed has no spread to compare (``None``). Empty when no
     GPU run is committed."""
     rows = []
-    for seeds_name, run, device, df, lr in _gpu_runs(results):
+    for _, seeds_name, run, device, df, lr in _gpu_runs(results):
         runs = df[df["objective"] == "apo"]
         seeds, start = runs["test_success"], run["pi_ref"]["test_success_rate"]
         gain, spread = seeds.mean() - start, seeds.std(ddof=0)
