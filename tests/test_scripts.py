@@ -84,15 +84,23 @@ def fake_lease(log: Path) -> None:
                                     + json.dumps(finished) + "\n")
 
 
-def test_a_lease_is_recorded_from_its_logs_with_the_seeds_that_finished(tmp_path, monkeypatch):
+def record_lease(tmp_path: Path, monkeypatch, name: str, record: str, timeline: str = "") -> Path:
+    """scripts/gpu_record.py run on a fake lease (its timeline extended by ``timeline``); the results folder."""
     import runpy
 
-    record = runpy.run_path(str(PROJECT_ROOT / "scripts" / "gpu_record.py"))
+    script = runpy.run_path(str(PROJECT_ROOT / "scripts" / "gpu_record.py"))
     results = tmp_path / "results"
     results.mkdir()
-    monkeypatch.setitem(record["main"].__globals__, "RESULTS", results)
+    monkeypatch.setitem(script["main"].__globals__, "RESULTS", results)
     fake_lease(tmp_path / "res")
-    record["main"](str(tmp_path / "res"), "apo_long", "long_run")
+    with (tmp_path / "res" / "timeline.txt").open("a") as lines:
+        lines.write(timeline)
+    script["main"](str(tmp_path / "res"), name, record)
+    return results
+
+
+def test_a_lease_is_recorded_from_its_logs_with_the_seeds_that_finished(tmp_path, monkeypatch):
+    results = record_lease(tmp_path, monkeypatch, "apo_long", "long_run")
     seeds = pd.read_csv(results / "apo_long_gpu_seeds.csv")
     assert list(seeds["seed"]) == [1] and seeds["test_success"].iloc[0] == 0.56
     progress = pd.read_csv(results / "apo_long_gpu_progress.csv")
@@ -108,18 +116,10 @@ def test_a_lease_is_recorded_from_its_logs_with_the_seeds_that_finished(tmp_path
 
 
 def test_a_re_anchored_lease_records_each_rounds_commands(tmp_path, monkeypatch):
-    import runpy
-
-    record = runpy.run_path(str(PROJECT_ROOT / "scripts" / "gpu_record.py"))
-    results = tmp_path / "results"
-    results.mkdir()
-    monkeypatch.setitem(record["main"].__globals__, "RESULTS", results)
-    fake_lease(tmp_path / "res")
-    with (tmp_path / "res" / "timeline.txt").open("a") as timeline:
-        timeline.write("[11:47:00 +275s] round 1 training budget: 0.36 minutes per seed\n"
-                       "[11:52:00 +575s] round 2 training budget: 0.10 minutes per seed\n"
-                       "[11:55:00 +755s] done; pi_ref's test result in /tmp/res/pi_ref_test.json\n")
-    record["main"](str(tmp_path / "res"), "apo_re", "re_run")
+    results = record_lease(tmp_path, monkeypatch, "apo_re", "re_run",
+                           "[11:47:00 +275s] round 1 training budget: 0.36 minutes per seed\n"
+                           "[11:52:00 +575s] round 2 training budget: 0.10 minutes per seed\n"
+                           "[11:55:00 +755s] done; pi_ref's test result in /tmp/res/pi_ref_test.json\n")
     run = json.loads((results / "re_run.json").read_text())
     assert list(run["timeline_seconds"])[-1] == "done"
     stage1, train = run["commands"][-2:]
