@@ -633,7 +633,8 @@ gains.round(3)
 # the held recipe there, and does β₂ = 0.003 end above 0.03 from it too? And from the first 2.3M π_ref, the one
 # every re-anchored round above started from, does β₂ = 0.003 end above 0.03, how does its one round compare
 # with the rounds re-anchored once and twice, do 60 more iterations with the same π_ref and V* add to it, or does
-# its seeds' soup? And from the Xeon π_ref again, does drawing the option values with the failed draws held at
+# its seeds' soup, and in rounds of 30 iterations, does re-anchoring the first round add to it? And from the Xeon
+# π_ref again, does drawing the option values with the failed draws held at
 # π_ref (`explore_options=0.3 hold_failed_draws=True`) add to β₂ = 0.003, or to the held β₂ = 0.03? And are
 # rollouts sampled at temperature 0.7 better to learn from than at 1.0, at β₂ = 0.003? Each difference is given on
 # val too where both sides were played there (the `(val)` columns): the same question asked of 200 other unseen
@@ -657,6 +658,9 @@ if not gains.empty:
              ("apo_sloppy_h192_gsvk1024_b003_it120", "apo_sloppy_h192_gsvk1024_b003"),
              ("apo_sloppy_h192_gsvk1024_b003_it120", f"{held}_r3"),
              ("apo_sloppy_h192_gsvk1024_b003_soup", "apo_sloppy_h192_gsvk1024_b003"),
+             ("apo_sloppy_h192_gsvk1024_b003_e30_r2", "apo_sloppy_h192_gsvk1024_b003_e30"),
+             ("apo_sloppy_h192_gsvk1024_b003_e30_r2", "apo_sloppy_h192_gsvk1024_b003"),
+             ("apo_sloppy_h192_gsvk1024_b003_e30_r2", f"{held}_r3"),
              (f"{xeon}_r3_v01", f"{xeon}_r3"),
              ("apo_sloppy_h192_xeon_gsvk1024_b01", xeon), ("apo_sloppy_h192_xeon_gsdk1024_b03", xeon),
              ("apo_sloppy_h192_xeon_gsvk1024_b003", "apo_sloppy_h192_xeon_gsvk1024_b01"),
