@@ -58,6 +58,13 @@ def ref_metrics(log: Path) -> dict:
     return json.loads("\n".join(text[len(text) - 1 - text[::-1].index("{"):]))
 
 
+def train_command(ref: str, out: str, profile: str, stage1: str, lr: str, minutes: str) -> str:
+    """The chain's training command for the three seeds of one round, as gpu_lease.sh runs it."""
+    return (f"train --ref {ref} --profile {profile} --iterations 60 --skip-ref --out {out} --set {stage1} "
+            f"lr={lr} warmup=2 eval_every=1000 eval_episodes=64 checkpoint_every=1000 "
+            f"max_minutes={minutes} --seeds k (k = 0, 1, 2 side by side)")
+
+
 def later_rounds(timeline: str, name: str, profile: str, stage1: str, lr: str) -> list[str]:
     """The commands of each re-anchored round (ROUNDS > 1) the timeline shows a training budget for; that round's
     gather wrote its own tables (``NAME_r<r>_PROFILE_*.csv``)."""
@@ -68,9 +75,7 @@ def later_rounds(timeline: str, name: str, profile: str, stage1: str, lr: str) -
         prev = f"runs/{name}" + (f"_r{int(r) - 1}" if int(r) > 2 else "")
         commands += [
             f"vstar --ref {prev}/seed_k/policy --profile {profile} --set {stage1} (k = 0, 1, 2 side by side)",
-            f"train --ref '{prev}/seed_{{seed}}/policy' --profile {profile} --iterations 60 --skip-ref "
-            f"--out runs/{name}_r{r} --set {stage1} lr={lr} warmup=2 eval_every=1000 eval_episodes=64 "
-            f"checkpoint_every=1000 max_minutes={minutes} --seeds k (k = 0, 1, 2 side by side)"]
+            train_command(f"'{prev}/seed_{{seed}}/policy'", f"runs/{name}_r{r}", profile, stage1, lr, minutes)]
     return commands
 
 
@@ -117,9 +122,7 @@ def main(log: str, name: str, record: str, profile: str = "gpu") -> None:
             f"train-ref --profile {profile} --skip-options 0.5 --no-eval",
             f"evaluate --agent {ref} --profile {profile} --split test (beside stage 1)",
             f"vstar --ref {ref} --profile {profile} --set {stage1}",
-            f"train --ref {ref} --profile {profile} --iterations 60 --skip-ref --out runs/{name} --set {stage1} "
-            f"lr={lr} warmup=2 eval_every=1000 eval_episodes=64 checkpoint_every=1000 "
-            f"max_minutes={minutes} --seeds k (k = 0, 1, 2 side by side)",
+            train_command(ref, f"runs/{name}", profile, stage1, lr, minutes),
             *later_rounds(timeline, name, profile, stage1, lr)],
     }
     RESULTS.joinpath(f"{record}.json").write_text(json.dumps(out, indent=1) + "\n")

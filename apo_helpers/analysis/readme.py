@@ -421,15 +421,20 @@ The last two pairs are one lease's two rounds: one iteration from pi_ref, then o
 re-anchored (``ROUNDS=2``)."""
 
 
+def _span(values: pd.Series) -> str:
+    low, high = int(values.min()), int(values.max())
+    return f"{low}" if low == high else f"{low}-{high}"
+
+
+def _re_anchored(runs: pd.DataFrame) -> bool:
+    return "ref_rounds" in runs and runs["ref_rounds"].fillna(0).max() > 0
+
+
 def _iterations(runs: pd.DataFrame) -> str:
     """The seeds' iterations (a range where a time budget stopped them apart), after the earlier rounds' for a
     re-anchored run (``ref_iterations``): ``"1 + 1"`` is one iteration from pi_ref, then one from each seed's policy."""
-    low, high = int(runs["iterations"].min()), int(runs["iterations"].max())
-    text = f"{low}" if low == high else f"{low}-{high}"
-    if "ref_rounds" in runs and runs["ref_rounds"].fillna(0).max() > 0:
-        before = runs["ref_iterations"].astype(int)
-        text = f"{before.min()}" + ("" if before.min() == before.max() else f"-{before.max()}") + f" + {text}"
-    return text
+    text = _span(runs["iterations"])
+    return f"{_span(runs['ref_iterations'])} + {text}" if _re_anchored(runs) else text
 
 
 def _gpu_runs(results: Path):
@@ -463,8 +468,7 @@ def gpu_table(results: Path = RESULTS_DIR) -> str | None:
                          "training s": f"{ref['train_seconds']:.0f}"})
         for objective, runs in df[df["objective"] != "pi_ref"].groupby("objective"):
             per_iteration = int(runs["episodes"].iloc[0] // runs["iterations"].iloc[0])
-            anchored = "ref_rounds" in runs and runs["ref_rounds"].fillna(0).max() > 0
-            rows.append({"policy": objective + (", re-anchored" if anchored else ""), "device": device,
+            rows.append({"policy": objective + (", re-anchored" if _re_anchored(runs) else ""), "device": device,
                          "seeds": len(runs), "test success": ", ".join(f"{v:.1%}" for v in runs["test_success"]),
                          "test mean score": f"{runs['test_score'].mean():.3f}",
                          "mean steps": f"{runs['test_steps'].mean():.2f}",
