@@ -413,12 +413,14 @@ GPU_RUNS = (("gpu_run.json", "apo_gpu_seeds.csv"), ("gpu_sloppy_run.json", "apo_
             ("gpu_sloppy_lr2e5_run.json", "apo_gpu_sloppy_lr2e5_gpu_seeds.csv"),
             ("gpu_sloppy_lr2e5_long_run.json", "apo_gpu_sloppy_lr2e5_long_gpu_seeds.csv"),
             ("gpu_sloppy_lr2e5_reanchor_run.json", "apo_gpu_sloppy_lr2e5_reanchor_gpu_seeds.csv"),
-            ("gpu_sloppy_lr2e5_reanchor_run.json", "apo_gpu_sloppy_lr2e5_reanchor_r2_gpu_seeds.csv"))
+            ("gpu_sloppy_lr2e5_reanchor_run.json", "apo_gpu_sloppy_lr2e5_reanchor_r2_gpu_seeds.csv"),
+            ("gpu_sloppy_lr2e5_long2_run.json", "apo_gpu_sloppy_lr2e5_long2_gpu_seeds.csv"))
 """The ``gpu`` profile's runs on lent GPUs: (the run's details, its seeds' table), one pair per lease (each lease
 trains its own pi_ref: a lent machine starts bare). A seeds' table holds the seeds that reached their test
 evaluation (``scripts/gpu_record.py``): the lr 2e-5 run of 13 iterations lost its seed 0 to the end of the call.
-The last two pairs are one lease's two rounds: one iteration from pi_ref, then one more from each seed's policy
-re-anchored (``ROUNDS=2``)."""
+The fifth and sixth pairs are one lease's two rounds: one iteration from pi_ref, then one more from each seed's
+policy re-anchored (``ROUNDS=2``); the last is one round under a deadline (``DEADLINE=760``), all three seeds
+evaluated."""
 
 
 def _span(values: pd.Series) -> str:
