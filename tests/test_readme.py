@@ -323,6 +323,7 @@ def test_gpu_table_shows_a_leases_pi_ref_once_and_its_re_anchored_round(tmp_path
                        "ref_iterations": rounds} for s in (0, 1)]).to_csv(tmp_path / name, index=False)
     lines = readme.gpu_table(tmp_path).splitlines()
     assert [line.split(" | ")[0] for line in lines[2:]] == ["| pi_ref (m, imitation)", "| apo", "| apo, re-anchored"]
+    assert "| 1 iteration x 64 episodes, lr 2e-05 |" in lines[-2]
     assert "| 1 + 1 iterations x 64 episodes, lr 2e-05 |" in lines[-1]
     assert list(readme.gpu_gains(tmp_path)["iterations"]) == ["1", "1 + 1"]
 

@@ -428,6 +428,11 @@ def _span(values: pd.Series) -> str:
     return f"{low}" if low == high else f"{low}-{high}"
 
 
+def _plural(count: str, noun: str) -> str:
+    """``"1 iteration"``, ``"13-14 iterations"``, ``"1 + 1 iterations"``."""
+    return f"{count} {noun}" if count == "1" else f"{count} {noun}s"
+
+
 def _re_anchored(runs: pd.DataFrame) -> bool:
     return "ref_rounds" in runs and runs["ref_rounds"].fillna(0).max() > 0
 
@@ -474,7 +479,7 @@ def gpu_table(results: Path = RESULTS_DIR) -> str | None:
                          "seeds": len(runs), "test success": ", ".join(f"{v:.1%}" for v in runs["test_success"]),
                          "test mean score": f"{runs['test_score'].mean():.3f}",
                          "mean steps": f"{runs['test_steps'].mean():.2f}",
-                         "training": f"{_iterations(runs)} iterations x {per_iteration} episodes"
+                         "training": f"{_plural(_iterations(runs), 'iteration')} x {per_iteration} episodes"
                                      + (f", lr {lr:g}" if lr else ""),
                          "training s": f"{runs['train_seconds'].mean():.0f}"})
     return _markdown(pd.DataFrame(rows)) if rows else None
