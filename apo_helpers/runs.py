@@ -24,21 +24,27 @@ def _ref_record(ref_dir) -> dict:
     """What a run records of its pi_ref's ``metrics.json``: ``demo_skip_options`` and ``demo_forget_options`` (the
     shares of demonstrations that ignored the options or did not select them; 0 when not recorded),
     ``ref_demonstrations`` (how many pi_ref imitated) and ``ref_model_size`` (where ``train-ref --model`` resized the
-    tiny Llama of pi_ref's profile, e.g. ``hidden 256, 4 layers, 3.9M parameters``; else None); all None when the
+    tiny Llama of pi_ref's profile, e.g. ``hidden 256, 4 layers, 3.9M parameters``; else None),
+    ``ref_pretrain_steps`` and ``ref_sft_steps`` (where ``train-ref --pretrain-steps`` or ``--sft-steps`` imitated
+    longer or shorter than pi_ref's profile; else None, as for a file that does not record them); all None when the
     folder has no such file, e.g. a policy saved by hand."""
     path = Path(ref_dir) / "metrics.json"
     if not path.exists():
         return {"demo_skip_options": None, "demo_forget_options": None, "ref_demonstrations": None,
-                "ref_model_size": None}
+                "ref_model_size": None, "ref_pretrain_steps": None, "ref_sft_steps": None}
     metrics = json.loads(path.read_text())
     size = metrics.get("model_size")
-    base = PROFILES[metrics["profile"]].model if metrics.get("profile") in PROFILES else ModelConfig()
+    profile = PROFILES.get(metrics.get("profile"))
+    base = profile.model if profile else ModelConfig()
     resized = size is not None and any(size[name] != getattr(base, name) for name in MODEL_SIZE_FIELDS)
+    steps = {name: metrics.get(name) for name in ("pretrain_steps", "sft_steps")}
     return {"demo_skip_options": metrics.get("demo_skip_options", 0.0),
             "demo_forget_options": metrics.get("demo_forget_options", 0.0),
             "ref_demonstrations": metrics.get("demonstrations"),
             "ref_model_size": (f"hidden {size['hidden_size']}, {size['num_layers']} layers, "
-                               f"{metrics['parameters'] / 1e6:.1f}M parameters") if resized else None}
+                               f"{metrics['parameters'] / 1e6:.1f}M parameters") if resized else None,
+            **{f"ref_{name}": value if profile and value not in (None, getattr(profile.reference, name)) else None
+               for name, value in steps.items()}}
 
 
 def finished_metrics(out_dir) -> dict:

@@ -928,7 +928,8 @@ def test_model_size_overrides_resize_the_tiny_llama_only():
 
 def test_cli_train_ref_model_resizes_pi_ref_and_runs_record_it(tmp_path, monkeypatch, capsys):
     """``train-ref --model``: a pi_ref of its own size, in a folder named after it, its size in metrics.json; the
-    runs from it record the size (``ref_model_size``), which labels their rows in the README's tables."""
+    runs from it record the size (``ref_model_size``), which labels their rows in the README's tables. Imitation
+    steps other than the profile's name the folder too and are recorded the same way (``ref_sft_steps``)."""
     import apo_helpers.__main__ as cli
     from apo_helpers.apo import sft
     from apo_helpers.policy.models import load_policy
@@ -939,15 +940,20 @@ def test_cli_train_ref_model_resizes_pi_ref_and_runs_record_it(tmp_path, monkeyp
                      "0", "--model", "hidden_size=48", "num_layers=1", "--no-eval", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     folders = [path for path in tmp_path.iterdir() if path.is_dir()]
-    assert [path.name for path in folders] == ["pi_ref_ci_demos_6_hidden_size_48_num_layers_1"]
+    assert [path.name for path in folders] == [
+        "pi_ref_ci_demos_6_hidden_size_48_num_layers_1_pretrain_steps_0_sft_steps_2"]
     model, _ = load_policy(folders[0])
     assert (model.config.hidden_size, model.config.num_hidden_layers) == (48, 1)
     assert out["model_size"]["hidden_size"] == 48 and out["parameters"] == sum(p.numel() for p in model.parameters())
     record = _ref_record(folders[0])
     assert record["ref_model_size"] == f"hidden 48, 1 layers, {out['parameters'] / 1e6:.1f}M parameters"
+    assert (out["pretrain_steps"], out["sft_steps"]) == (0, 2)
+    assert (record["ref_pretrain_steps"], record["ref_sft_steps"]) == (0, 2)
     (folders[0] / "metrics.json").write_text(json.dumps({**out, "model_size": {
         name: getattr(P.model, name) for name in ("hidden_size", "intermediate_size", "num_layers", "num_heads")}}))
     assert _ref_record(folders[0])["ref_model_size"] is None  # the profile's own size says nothing more
+    (folders[0] / "metrics.json").write_text(json.dumps({**out, "sft_steps": P.reference.sft_steps}))
+    assert _ref_record(folders[0])["ref_sft_steps"] is None  # nor do the profile's own steps
 
 
 def test_groups_repeat_each_goal(ref_dir, vstar):

@@ -84,6 +84,13 @@ def test_trained_table_keeps_each_pi_ref_with_its_runs(tmp_path):
     assert len(lines) == 15 and any(line.startswith(
         "| pi_ref (start) | options ignored in 50%; 595 demonstrations; hidden 256, 4 layers, 3.9M parameters | - | "
         "21.0% |") for line in lines)
+    # a pi_ref imitated for fewer steps (train-ref --sft-steps): its own group, its steps in the label
+    _seeds(tmp_path / "apo_short_class_seeds.csv", "apo", [0.23], ref_success=0.195, demo_skip_options=0.5,
+           ref_demonstrations=595, ref_model_size="hidden 256, 4 layers, 3.9M parameters", ref_sft_steps=400)
+    lines = trained_table(tmp_path).splitlines()
+    assert len(lines) == 17 and any(line.startswith(
+        "| pi_ref (start) | options ignored in 50%; 595 demonstrations; hidden 256, 4 layers, 3.9M parameters; "
+        "400 imitation steps | - | 19.5% |") for line in lines)
 
 
 def test_trained_table_groups_tables_of_one_pi_ref_folder(tmp_path):

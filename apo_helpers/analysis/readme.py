@@ -147,6 +147,10 @@ def _pi_ref_groups(results: Path) -> tuple[dict, dict, dict, dict]:
         size = df["ref_model_size"].dropna() if "ref_model_size" in df else pd.Series(dtype=str)
         if len(size):  # another pi_ref: a resized tiny Llama (train-ref --model)
             demos += f"; {size.iloc[0]}"
+        for column, what in (("ref_pretrain_steps", "pretraining"), ("ref_sft_steps", "imitation")):
+            steps = df[column].dropna() if column in df else pd.Series(dtype=float)
+            if len(steps):  # another pi_ref: imitated longer or shorter (train-ref --sft-steps)
+                demos += f"; {int(steps.iloc[0])} {what} steps"
         refs = df["ref"].dropna() if "ref" in df else pd.Series(dtype=str)
         folder = refs.iloc[0] if len(refs) else demos  # one pi_ref folder, one group, though older tables say less
         # a folder retrained in place holds other weights: its pi_ref row's test score tells the two apart
