@@ -112,14 +112,15 @@ def cmd_train_ref(args) -> int:
         changed = [f"{name}_{getattr(profile.model, name)}" for name in MODEL_SIZE_FIELDS
                    if getattr(profile.model, name) != getattr(base, name)]
         default_out = default_out.with_name("_".join([default_out.name, *changed]))
-    for name in ("pretrain_steps", "sft_steps"):  # imitated longer or shorter: a pi_ref of its own too
-        steps = getattr(args, name)
-        if steps is not None and steps != getattr(profile.reference, name):
-            default_out = default_out.with_name(f"{default_out.name}_{name}_{steps}")
+    steps = {name: getattr(profile.reference, name) if getattr(args, name) is None else getattr(args, name)
+             for name in ("pretrain_steps", "sft_steps")}
+    for name, count in steps.items():  # imitated longer or shorter: a pi_ref of its own too
+        if count != getattr(profile.reference, name):
+            default_out = default_out.with_name(f"{default_out.name}_{name}_{count}")
     if args.seed is not None:  # the same demonstrations, other initial weights and batch order: another pi_ref
         default_out = default_out.with_name(f"{default_out.name}_seed_{args.seed}")
     args.out = args.out or default_out
-    ref = train_reference(profile, args.out, args.demonstrations, args.pretrain_steps, args.sft_steps,
+    ref = train_reference(profile, args.out, args.demonstrations, steps["pretrain_steps"], steps["sft_steps"],
                           progress=not args.json, init_seed=args.seed)
     cfg = profile.reference
     metrics = {"profile": profile.name, "demonstrations": len(ref.demonstrations),
@@ -131,8 +132,7 @@ def cmd_train_ref(args) -> int:
                               if profile.model.name == "tiny" else None),
                "parameters": count_parameters(ref.model),
                "init_seed": profile.seed if args.seed is None else args.seed,
-               "pretrain_steps": cfg.pretrain_steps if args.pretrain_steps is None else args.pretrain_steps,
-               "sft_steps": cfg.sft_steps if args.sft_steps is None else args.sft_steps,
+               **steps,
                "train_seconds": round(ref.seconds, 1), "final_loss": round(float(ref.history["loss"].iloc[-1]), 4)}
     for split in () if args.no_eval else ("val", "test"):
         seed_everything(profile.seed)
