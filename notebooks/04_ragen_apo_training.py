@@ -35,8 +35,9 @@
 # seeds, and before/after episodes in the viewer. Sections 5–8 are the investigation of why A*PO's gain over π_ref
 # stops short of the project's +10-point target; the Summary at the end gives each finding in a bullet, and each
 # subsection holds the evidence behind it, from committed runs (`docs/experiments.md` has every run's command).
-# The one chain that later reached +10 points on average, from a π_ref imitated from twice the demonstrations, is
-# not in this notebook's outputs: notebook 07 section 3 and the README's "Did A*PO reach +10 points" give it.
+# The one chain that later reached +10 points on average, from a π_ref imitated from twice the demonstrations, and
+# its repetition from a second π_ref of the same command (+8.7, from a start 16 points higher) are not in this
+# notebook's outputs: notebook 07 section 3 and the README's "Did A*PO reach +10 points" give them.
 # Section 8's subsections, by the question they ask:
 #
 # | question | subsections of section 8 |
