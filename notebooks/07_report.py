@@ -648,6 +648,7 @@ gains.round(3)
 if not gains.empty:
     held, xeon, avx2 = ("apo_sloppy_h192_gsvk1024_b03", "apo_sloppy_h192_xeon_gsvk1024_b03",
                         "apo_sloppy_h192_avx2_gsvk1024_b03")
+    d1200, d1200_seed1 = "apo_sloppy_h192_d1200_gsvk600_b003", "apo_sloppy_h192_d1200_seed1_gsvk600_b003"
     pairs = [(f"{held}_r3", held), (f"{held}_r3", f"{held}_r4"), (f"{held}_r3_soup", f"{held}_r3"),
              (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3"),
              (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3"),
@@ -689,12 +690,9 @@ if not gains.empty:
              ("apo_sloppy_h192_xeon_gsvko03h_b003", "apo_sloppy_h192_xeon_gsvko03h_b03"),
              ("apo_sloppy_h192_xeon_gsvk1024_b003_t07", "apo_sloppy_h192_xeon_gsvk1024_b003"),
              ("apo_sloppy_h192_sft400_gsvk1024_b003", "apo_sloppy_h192_gsvk1024_b003"),
-             ("apo_sloppy_h192_d1200_gsvk600_b003", "apo_sloppy_h192_gsvk1024_b003"),
-             ("apo_sloppy_h192_d1200_gsvk600_b003_r2", "apo_sloppy_h192_d1200_gsvk600_b003"),
-             ("apo_sloppy_h192_d1200_seed1_gsvk600_b003", "apo_sloppy_h192_d1200_gsvk600_b003"),
-             ("apo_sloppy_h192_d1200_seed1_gsvk600_b003_r2", "apo_sloppy_h192_d1200_seed1_gsvk600_b003"),
-             ("apo_sloppy_h192_d1200_seed1_gsvk600_b003_r2", "apo_sloppy_h192_d1200_gsvk600_b003_r2"),
-             ("apo_sloppy_h192_d1200_seed1_gsvk600_b003_r2", f"{held}_r3")]
+             (d1200, "apo_sloppy_h192_gsvk1024_b003"), (f"{d1200}_r2", d1200),
+             (d1200_seed1, d1200), (f"{d1200_seed1}_r2", d1200_seed1), (f"{d1200_seed1}_r2", f"{d1200}_r2"),
+             (f"{d1200_seed1}_r2", f"{held}_r3")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
