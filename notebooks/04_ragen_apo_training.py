@@ -35,9 +35,8 @@
 # seeds, and before/after episodes in the viewer. Sections 5–8 are the investigation of why A*PO's gain over π_ref
 # stops short of the project's +10-point target; the Summary at the end gives each finding in a bullet, and each
 # subsection holds the evidence behind it, from committed runs (`docs/experiments.md` has every run's command).
-# The one chain that later reached +10 points on average, from a π_ref imitated from twice the demonstrations, and
-# its repetition from a second π_ref of the same command (+8.7, from a start 16 points higher) are not in this
-# notebook's outputs: notebook 07 section 3 and the README's "Did A*PO reach +10 points" give them.
+# Section 4 ends with the project's best chain, from a π_ref imitated from twice the demonstrations, run from two
+# π_refs of the same command; notebook 07 section 3 compares it with every other run.
 # Section 8's subsections, by the question they ask:
 #
 # | question | subsections of section 8 |
@@ -344,7 +343,56 @@ if history_path.exists() and seeds_path.exists():
 # One design choice from the start still stands: stage 1 uses train goals the demonstrations did not use, because
 # π_ref had memorised its demonstration goals (notebook 03 measures it) and advantages there say little about
 # unseen goals.
+
+# %% [markdown]
+# ### The project's best chain, from two π_refs
 #
+# The default recipe above is the lesson's run, not the project's best. Section 8's search ended at β₂ = 0.003's
+# held recipe (`vstar_goals=600 keep_varying=True greedy_search=True greedy_kl=0.01 beta2=0.003`), 60 iterations,
+# then re-anchored: each seed's policy becomes its own π_ref, stage 1 is sampled again from it, and 60 more
+# iterations follow. Its π_ref is a 2.3M tiny Llama imitated from 1,200 demonstrations that skip the options half
+# the time (`train-ref --profile class --skip-options 0.5 --demonstrations 1200 --model hidden_size=192
+# intermediate_size=576`). The chain was run from two π_refs of that one command, which differ only in their initial
+# weights and batch order (without and with `--seed 1`), and from the second it was re-anchored a second time. Every
+# gain below is over the chain's first π_ref, on the same 200 test goals, with the paired 95% interval over goals and
+# seeds (`significance.gain_interval`, notebook 07 section 3) and the share of resampled gains that reach the
+# +10-point target. Read from the committed tables:
+
+# %%
+from apo_helpers.analysis.significance import gain_interval
+
+BEST_CHAIN = {"first π_ref": "apo_sloppy_h192_d1200_gsvk600_b003",
+              "second π_ref (--seed 1)": "apo_sloppy_h192_d1200_seed1_gsvk600_b003"}
+outcomes_path = RESULTS_DIR / "goal_outcomes_class.csv"
+outcomes = pd.read_csv(outcomes_path) if outcomes_path.exists() else None
+chain_rows = []
+for start_name, chain_name in BEST_CHAIN.items():
+    for round_number, suffix in enumerate(["", "_r2", "_r3"], start=1):
+        path = RESULTS_DIR / f"{chain_name}{suffix}_class_seeds.csv"
+        if outcomes is None or not path.exists():
+            continue
+        table = pd.read_csv(path)
+        chain, start = table[table["objective"] == "apo"], table[table["objective"] == "pi_ref"].iloc[0]
+        test = gain_interval(outcomes, chain_name + suffix, chain["ref"].iloc[0], target=0.10)
+        val = gain_interval(outcomes, chain_name + suffix, chain["ref"].iloc[0], split="val")
+        chain_rows.append({
+            "π_ref": start_name, "round": round_number, "π_ref test success": start["test_success"],
+            "A*PO test success (mean of 3)": chain["test_success"].mean(),
+            "spread (std over seeds)": chain["test_success"].std(ddof=0), "test gain": test["gain"],
+            "95% interval": f"[{test['low']:+.3f}, {test['high']:+.3f}]", "share ≥ +10": test["draws_at_target"],
+            "val gain": val["gain"], "test score": chain["test_score"].mean(), "steps": chain["test_steps"].mean()})
+if chain_rows:
+    best = pd.DataFrame(chain_rows).set_index(["π_ref", "round"])
+    display(best.round(3))
+    for start_name, rows in best.groupby(level="π_ref", sort=False):
+        last = rows.iloc[-1]
+        met = last["test gain"] >= 0.10 and last["test gain"] > last["spread (std over seeds)"]
+        print(f"{start_name}, round {rows.index[-1][1]}: {last['test gain']:+.3f} ± "
+              f"{last['spread (std over seeds)']:.3f} -> target {'met' if met else 'not met'}")
+else:
+    print("no committed chain yet (docs/experiments.md has its commands)")
+
+# %% [markdown]
 # ## 5. What the samples explore, and what the target asks for
 #
 # Two measurements explain most of section 4. First, where does sampling at temperature 1 spend its randomness?
@@ -2920,3 +2968,8 @@ else:
 #   round sooner, and stays short of the target.
 # - From that π_ref too, a smaller β₂ does within one round what re-anchoring does across rounds (section 8, "β₂ and
 #   the goals practised"): at β₂ = 0.01 the first round ends where the twice re-anchored one ended, and no further.
+# - The project's best chain (section 4) is β₂ = 0.003's held recipe from a 2.3M π_ref imitated from twice the
+#   demonstrations, re-anchored once: from one π_ref of that command it clears the +10-point target, by more than its
+#   seeds' spread; from a second, whose initial weights picked up more of the option habit by imitation, it falls
+#   short, and a second re-anchoring there adds less than a point. The target is met from one start of two, narrowly,
+#   and every one of these gains' 95% intervals reaches down to +3 to +5 points.

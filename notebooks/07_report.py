@@ -639,10 +639,10 @@ gains.round(3)
 # rollouts sampled at temperature 0.7 better to learn from than at 1.0, at β₂ = 0.003? And does β₂ = 0.003 from a
 # π_ref imitated for a third of the first π_ref's steps (400 instead of 1,200) end where it ends from the first? And
 # from a π_ref imitated from twice the demonstrations (1,200 goals), where does it end against the first π_ref's
-# run, and does re-anchoring it once add? And from a second π_ref of that command (`--seed 1`), where do its two
-# rounds end against the first π_ref's, does re-anchoring add there, and where does it end against the first 2.3M
-# π_ref's chain re-anchored twice? Each difference is given on val too where both sides were played there (the
-# `(val)` columns): the same question asked of 200 other unseen goals.
+# run, and does re-anchoring it once add? And from a second π_ref of that command (`--seed 1`), where do its
+# rounds end against the first π_ref's, does re-anchoring add there, once and a second time, and where does it end
+# against the first 2.3M π_ref's chain re-anchored twice? Each difference is given on val too where both sides were
+# played there (the `(val)` columns): the same question asked of 200 other unseen goals.
 
 # %%
 if not gains.empty:
@@ -692,7 +692,7 @@ if not gains.empty:
              ("apo_sloppy_h192_sft400_gsvk1024_b003", "apo_sloppy_h192_gsvk1024_b003"),
              (d1200, "apo_sloppy_h192_gsvk1024_b003"), (f"{d1200}_r2", d1200),
              (d1200_seed1, d1200), (f"{d1200_seed1}_r2", d1200_seed1), (f"{d1200_seed1}_r2", f"{d1200}_r2"),
-             (f"{d1200_seed1}_r2", f"{held}_r3")]
+             (f"{d1200_seed1}_r2", f"{held}_r3"), (f"{d1200_seed1}_r3", f"{d1200_seed1}_r2")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
