@@ -36,7 +36,8 @@
 # stops short of the project's +10-point target; the Summary at the end gives each finding in a bullet, and each
 # subsection holds the evidence behind it, from committed runs (`docs/experiments.md` has every run's command).
 # Section 4 ends with the project's best chain, from a π_ref imitated from twice the demonstrations, run from two
-# π_refs of the same command; notebook 07 section 3 compares it with every other run.
+# π_refs of the same command; notebook 07 section 3 compares it with every other run, and also holds its run from a
+# third π_ref of that command (`--seed 2`), which this notebook's outputs do not include.
 # Section 8's subsections, by the question they ask:
 #
 # | question | subsections of section 8 |
@@ -2972,4 +2973,5 @@ else:
 #   demonstrations, re-anchored once: from one π_ref of that command it clears the +10-point target, by more than its
 #   seeds' spread; from a second, whose initial weights picked up more of the option habit by imitation, it falls
 #   short, and a second re-anchoring there adds less than a point. The target is met from one start of two, narrowly,
-#   and every one of these gains' 95% intervals reaches down to +3 to +5 points.
+#   and every one of these gains' 95% intervals reaches down to +3 to +5 points. From a third π_ref of the command
+#   (`--seed 2`; notebook 07 section 3 and the README's "Did A*PO reach +10 points") it falls further short.
