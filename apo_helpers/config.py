@@ -513,8 +513,9 @@ def numerics() -> dict:
     """The versions and kernels that decide a run's floating-point numbers, recorded beside its results.
 
     The same seed gives the same numbers only with the same torch, transformers and tokenizers and the same CPU
-    kernels: torch picks its vectorized kernels (``cpu_capability``) and MKL its matrix code by the CPU it runs on,
-    and the tiny policies' training amplifies last-digit differences within a few dozen steps (README, Development).
+    kernels: torch picks its vectorized kernels (``cpu_capability``) and MKL its matrix code by the CPU it runs on
+    (``MKL_CBWR`` and ``MKL_ENABLE_INSTRUCTIONS`` change that choice), and the tiny policies' training amplifies
+    last-digit differences within a few dozen steps (README, Development).
     """
     import platform
 
@@ -528,7 +529,8 @@ def numerics() -> dict:
         return info
     info.update(torch=torch.__version__, transformers=transformers.__version__, tokenizers=tokenizers.__version__,
                 cpu_capability=torch.backends.cpu.get_cpu_capability(), torch_threads=torch.get_num_threads(),
-                mkl_cbwr=os.environ.get("MKL_CBWR", ""), device=device(),
+                mkl_cbwr=os.environ.get("MKL_CBWR", ""), mkl_instructions=os.environ.get("MKL_ENABLE_INSTRUCTIONS", ""),
+                device=device(),
                 gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else "")
     return info
 

@@ -165,10 +165,12 @@ def test_numerics_names_what_decides_the_numbers(monkeypatch):
     from apo_helpers.config import numerics
 
     monkeypatch.setenv("MKL_CBWR", "AVX2")
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "SSE4_2")
     info = numerics()
     assert (info["torch"], info["transformers"], info["tokenizers"]) == (
         torch.__version__, transformers.__version__, tokenizers.__version__)
     assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and info["mkl_cbwr"] == "AVX2"
+    assert info["mkl_instructions"] == "SSE4_2"
     assert info["torch_threads"] == torch.get_num_threads() and info["device"] in ("cpu", "cuda")
     assert isinstance(info["processor"], str) and info["machine"]
 
