@@ -643,8 +643,9 @@ gains.round(3)
 # rounds end against the first π_ref's, does re-anchoring add there, once and a second time, and where does it end
 # against the first 2.3M π_ref's chain re-anchored twice? And from a third π_ref of that command (`--seed 2`), where
 # do its two rounds end against the first π_ref's? And from a fourth (`--seed 3`), where does its first round end
-# against the first and third π_refs' first rounds? Each difference is given on val too where both sides were played
-# there (the `(val)` columns): the same question asked of 200 other unseen goals.
+# against the first and third π_refs' first rounds, and does re-anchoring it once add? Each difference is given on
+# val too where both sides were played there (the `(val)` columns): the same question asked of 200 other unseen
+# goals.
 
 # %%
 if not gains.empty:
@@ -697,7 +698,8 @@ if not gains.empty:
              (d1200_seed1, d1200), (f"{d1200_seed1}_r2", d1200_seed1), (f"{d1200_seed1}_r2", f"{d1200}_r2"),
              (f"{d1200_seed1}_r2", f"{held}_r3"), (f"{d1200_seed1}_r3", f"{d1200_seed1}_r2"),
              (d1200_seed2, d1200), (f"{d1200_seed2}_r2", d1200_seed2), (f"{d1200_seed2}_r2", f"{d1200}_r2"),
-             (d1200_seed3, d1200), (d1200_seed3, d1200_seed2)]
+             (d1200_seed3, d1200), (d1200_seed3, d1200_seed2), (f"{d1200_seed3}_r2", d1200_seed3),
+             (f"{d1200_seed3}_r2", f"{d1200}_r2")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
