@@ -643,16 +643,17 @@ gains.round(3)
 # rounds end against the first π_ref's, does re-anchoring add there, once and a second time, and where does it end
 # against the first 2.3M π_ref's chain re-anchored twice? And from a third π_ref of that command (`--seed 2`), where
 # do its two rounds end against the first π_ref's? And from a fourth (`--seed 3`), where does its first round end
-# against the first and third π_refs' first rounds, and does re-anchoring it once add? Each difference is given on
-# val too where both sides were played there (the `(val)` columns): the same question asked of 200 other unseen
-# goals.
+# against the first and third π_refs' first rounds, and does re-anchoring it once add? And from a fifth (`--seed 4`),
+# where does its first round end against the second's, which started 3 points higher, and the fourth's? Each
+# difference is given on val too where both sides were played there (the `(val)` columns): the same question asked
+# of 200 other unseen goals.
 
 # %%
 if not gains.empty:
     held, xeon, avx2 = ("apo_sloppy_h192_gsvk1024_b03", "apo_sloppy_h192_xeon_gsvk1024_b03",
                         "apo_sloppy_h192_avx2_gsvk1024_b03")
-    d1200, d1200_seed1, d1200_seed2, d1200_seed3 = (f"apo_sloppy_h192_d1200{seed}_gsvk600_b003"
-                                                    for seed in ("", "_seed1", "_seed2", "_seed3"))
+    d1200, d1200_seed1, d1200_seed2, d1200_seed3, d1200_seed4 = (
+        f"apo_sloppy_h192_d1200{seed}_gsvk600_b003" for seed in ("", "_seed1", "_seed2", "_seed3", "_seed4"))
     pairs = [(f"{held}_r3", held), (f"{held}_r3", f"{held}_r4"), (f"{held}_r3_soup", f"{held}_r3"),
              (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3"),
              (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3"),
@@ -699,7 +700,7 @@ if not gains.empty:
              (f"{d1200_seed1}_r2", f"{held}_r3"), (f"{d1200_seed1}_r3", f"{d1200_seed1}_r2"),
              (d1200_seed2, d1200), (f"{d1200_seed2}_r2", d1200_seed2), (f"{d1200_seed2}_r2", f"{d1200}_r2"),
              (d1200_seed3, d1200), (d1200_seed3, d1200_seed2), (f"{d1200_seed3}_r2", d1200_seed3),
-             (f"{d1200_seed3}_r2", f"{d1200}_r2")]
+             (f"{d1200_seed3}_r2", f"{d1200}_r2"), (d1200_seed4, d1200_seed1), (d1200_seed4, d1200_seed3)]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
