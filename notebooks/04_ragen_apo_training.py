@@ -2976,5 +2976,6 @@ else:
 #   short, and a second re-anchoring there adds less than a point. The target is met from one start of two, narrowly,
 #   and every one of these gains' 95% intervals reaches down to +3 to +5 points. From a third π_ref of the command
 #   (`--seed 2`) it falls further short, from a fourth (`--seed 3`) one round clears the target and so does one
-#   re-anchored round, and from a fifth (`--seed 4`) one round falls just short (notebook 07 section 3 and the
-#   README's "Did A*PO reach +10 points"): met from single π_refs, not on average over them.
+#   re-anchored round, and from a fifth (`--seed 4`) one round falls just short and a re-anchored one reaches it
+#   (notebook 07 section 3 and the README's "Did A*PO reach +10 points"): met from single π_refs, not on average over
+#   them.

@@ -644,9 +644,9 @@ gains.round(3)
 # against the first 2.3M π_ref's chain re-anchored twice? And from a third π_ref of that command (`--seed 2`), where
 # do its two rounds end against the first π_ref's? And from a fourth (`--seed 3`), where does its first round end
 # against the first and third π_refs' first rounds, and does re-anchoring it once add? And from a fifth (`--seed 4`),
-# where does its first round end against the second's, which started 3 points higher, and the fourth's? Each
-# difference is given on val too where both sides were played there (the `(val)` columns): the same question asked
-# of 200 other unseen goals.
+# where does its first round end against the second's, which started 3 points higher, and the fourth's, and does
+# re-anchoring it once add? Each difference is given on val too where both sides were played there (the `(val)`
+# columns): the same question asked of 200 other unseen goals.
 
 # %%
 if not gains.empty:
@@ -700,7 +700,8 @@ if not gains.empty:
              (f"{d1200_seed1}_r2", f"{held}_r3"), (f"{d1200_seed1}_r3", f"{d1200_seed1}_r2"),
              (d1200_seed2, d1200), (f"{d1200_seed2}_r2", d1200_seed2), (f"{d1200_seed2}_r2", f"{d1200}_r2"),
              (d1200_seed3, d1200), (d1200_seed3, d1200_seed2), (f"{d1200_seed3}_r2", d1200_seed3),
-             (f"{d1200_seed3}_r2", f"{d1200}_r2"), (d1200_seed4, d1200_seed1), (d1200_seed4, d1200_seed3)]
+             (f"{d1200_seed3}_r2", f"{d1200}_r2"), (d1200_seed4, d1200_seed1), (d1200_seed4, d1200_seed3),
+             (f"{d1200_seed4}_r2", d1200_seed4)]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
