@@ -278,6 +278,21 @@ class APOConfig:
     """With ``explore``: at most one drawn click per episode (``Sampling.explore_once``). The rest of the episode is
     the policy's own play, so its return minus V* is, to a good approximation, the advantage of that one click: the
     credit the trajectory-level regression cannot otherwise tell apart when several clicks were drawn."""
+    stop_repeats: bool = False
+    """Stage 1 and the rollouts end an episode, unbought (reward 0), at a turn that repeats the previous turn's action
+    on the page it left unchanged (``Sampling.stop_repeats``); the evaluations play on to the turn limit as before.
+    Greedy play seldom leaves such a loop (the reply sees the same page and nearly the same last turn), so a loop
+    costs the greedy policy the goal, while a sample leaves it by chance and buys: without the stop the rollouts pay
+    the sampled policy for purchases its greedy play does not make. The seeds of the demos-1200 pi_ref of ``--seed 2``
+    lost most of the test goals they lost to such loops; with the stop they gave up clicking options at all and
+    gained less (docs/experiments.md, "Did A*PO reach +10 points"; notebook 07 section 3)."""
+    repeat_penalty: float = 0.0
+    """Stage 1 and the rollouts subtract this from the reward of each turn that repeats the previous turn's action on
+    the page it left unchanged (``Sampling.repeat_penalty``), and the episode goes on: the loops ``stop_repeats``
+    ends, priced instead of ended, so a sample that clicks an option twice and buys still earns what the purchase
+    is worth, a little less. 0: off. At 0.1 most of that pi_ref's loops went, with part of its option habit; over
+    the three pi_refs it ran from it gained a little less on average than the held recipe, with less spread
+    (docs/experiments.md)."""
     beta2: float = 0.1
     """Weight of log(pi / pi_ref) in the regression (paper: 1e-3 for ~1k-token math answers)."""
     success_bonus: float = 0.0

@@ -645,8 +645,10 @@ gains.round(3)
 # do its two rounds end against the first π_ref's? And from a fourth (`--seed 3`), where does its first round end
 # against the first and third π_refs' first rounds, and does re-anchoring it once add? And from a fifth (`--seed 4`),
 # where does its first round end against the second's, which started 3 points higher, and the fourth's, and does
-# re-anchoring it once add? Each difference is given on val too where both sides were played there (the `(val)`
-# columns): the same question asked of 200 other unseen goals.
+# re-anchoring it once add? And does a first round whose rollouts end an episode at a repeated action (`stop_repeats`)
+# or price each repeat (`repeat_penalty=0.1`) end above the held first round, from the third π_ref, whose seeds lost
+# goals to such loops, and from the others it ran from? Each difference is given on val too where both sides were
+# played there (the `(val)` columns): the same question asked of 200 other unseen goals.
 
 # %%
 if not gains.empty:
@@ -701,7 +703,9 @@ if not gains.empty:
              (d1200_seed2, d1200), (f"{d1200_seed2}_r2", d1200_seed2), (f"{d1200_seed2}_r2", f"{d1200}_r2"),
              (d1200_seed3, d1200), (d1200_seed3, d1200_seed2), (f"{d1200_seed3}_r2", d1200_seed3),
              (f"{d1200_seed3}_r2", f"{d1200}_r2"), (d1200_seed4, d1200_seed1), (d1200_seed4, d1200_seed3),
-             (f"{d1200_seed4}_r2", d1200_seed4)]
+             (f"{d1200_seed4}_r2", d1200_seed4), (f"{d1200_seed2}_stop", d1200_seed2),
+             (f"{d1200_seed2}_rp01", d1200_seed2), (f"{d1200_seed2}_rp01", f"{d1200_seed2}_stop"),
+             (f"{d1200_seed4}_rp01", d1200_seed4), (f"{d1200_seed3}_rp01", d1200_seed3)]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is

@@ -294,8 +294,11 @@ def test_cache_key_depends_on_what_changes_the_samples(models):
                          dataclasses.replace(P.apo, greedy_search=True, explore_results=0.3), 0)
     products_once = cache_key(weights_hash(ref_model), goals,
                               dataclasses.replace(P.apo, greedy_search=True, explore_results=0.3, explore_once=True), 0)
+    stop = cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, greedy_search=True, stop_repeats=True),
+                     0)
     assert len({base, greedy_search, explore, once, greedy_clicks, queries, options, options_once, products,
-                products_once}) == 10
+                products_once, stop}) == 11
+    assert rollout_sampling(dataclasses.replace(P.apo, stop_repeats=True), 1.0).stop_repeats
     # explore_once without explore draws nothing: the same samples, the same key
     assert cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, explore_once=True), 0) == base
 
@@ -500,8 +503,8 @@ def test_run_records_history_and_evaluations(ref_dir, vstar):
     state = trainer.run(progress=False)
     history = state.history
     assert history["iteration"].tolist() == list(range(1, P.apo.iterations + 1))
-    expected = {"reward", "success", "loss", "kl", "entropy", "invalid_rate", "generated_tokens", "trained_tokens",
-                "grad_norm", "lr", "apo_loss", "advantage", *TIMING}
+    expected = {"reward", "success", "loss", "kl", "entropy", "invalid_rate", "repeat_rate", "stopped_rate",
+                "generated_tokens", "trained_tokens", "grad_norm", "lr", "apo_loss", "advantage", *TIMING}
     assert expected <= set(history.columns)
     assert history[["loss", "kl", "entropy"]].map(math.isfinite).all().all()
     assert (history["trained_tokens"] > 0).all()

@@ -520,3 +520,66 @@ def test_a_saved_tokenizer_gets_the_round_trip_decoder(scripted, tokenizer, tmp_
     ids = loaded("<think> item 1 best </think> <answer> click[item 1] </answer>", add_special_tokens=False)["input_ids"]
     text = loaded.decode(ids, skip_special_tokens=True)
     assert "click[item 1]" in text and loaded(text, add_special_tokens=False)["input_ids"] == ids
+
+
+# ---------------------------------------------------------------------------------------------- stop at repeats
+
+def _turn(observation: str, action: str) -> "Turn":
+    from apo_helpers.policy.prompts import Turn
+    return Turn(observation, [], 5, action=action)
+
+
+def test_repeats_previous_flags_only_a_repeat_that_left_the_page_unchanged():
+    from apo_helpers.policy.rollout import repeats_previous
+
+    item = _turn("item page", "click[red]")
+    assert not repeats_previous([_turn("results", "click[item 1]"), item], "item page")  # a first click
+    assert not repeats_previous([_turn("item page", "click[blue]"), item], "item page")  # another value
+    assert repeats_previous([_turn("item page", "click[red]"), item], "item page")  # red again, same page
+    assert not repeats_previous([_turn("results 1", "click[next >]"), _turn("results 2", "click[next >]")],
+                                "results 3")  # the page moved on
+    assert not repeats_previous([_turn("item page", ""), _turn("item page", "")], "item page")  # unparsed
+    assert not repeats_previous([item], "item page")
+
+
+def _looping_replies(action_at_item: str):
+    """Replies that search, open the first product, then type ``action_at_item`` on every later turn."""
+    from apo_helpers.policy.prompts import format_response
+
+    def replies(model, tokenizer, histories, sampling, config):
+        out = []
+        for turns in histories:
+            k = len(turns) - 1
+            action = ("search[usb c cable]", "click[item 1]")[k] if k < 2 else action_at_item
+            out.append(format_response("scripted", action))
+        return out, [[-0.1]] * len(out), [[1]] * len(out)
+    return replies
+
+
+@pytest.mark.parametrize("action", ["click[no such button]", "OPTION"])
+def test_stop_repeats_ends_a_loop_unbought(monkeypatch, goals, tokenizer, model, action):
+    """A reply typed again on the page it left unchanged (an invalid click, or an option value clicked twice) ends
+    the episode at the repeat with WebShop's reward 0 under ``stop_repeats``; without it the loop runs to the limit."""
+    import apo_helpers.policy.rollout as rollout_module
+    from apo_helpers.webshop.env import WebShopEnv
+
+    goal = goals[0]
+    if action == "OPTION":  # a value of the first product's options, found by playing the scripted opening
+        env = WebShopEnv(split=goal.split, catalog=default_catalog(), config=P.policy_env(), max_turns=8)
+        env.reset(options={"goal_index": goal.index})
+        env.step("search[usb c cable]")
+        env.step("click[item 1]")
+        assert env.unselected_option_actions, "the first usb c cable offers no option: pick another query"
+        action = env.unselected_option_actions[0]
+    monkeypatch.setattr(rollout_module, "_replies", _looping_replies(action))
+    stopped, = rollout(model, tokenizer, [goal], Sampling(stop_repeats=True), P.policy, P.policy_env(), max_turns=8)
+    assert [u.action for u in stopped.turns][2:] == [action, action]  # ended at the first repeat
+    assert stopped.stopped_repeat and stopped.env_reward == 0.0 and not stopped.success
+    assert len(stopped.input_ids) == stopped.num_turns == 4  # its turns still train
+    looped, = rollout(model, tokenizer, [goal], Sampling(), P.policy, P.policy_env(), max_turns=8)
+    assert looped.num_turns == 8 and not looped.stopped_repeat and looped.reward == 0.0
+    priced, = rollout(model, tokenizer, [goal], Sampling(repeat_penalty=0.1), P.policy, P.policy_env(), max_turns=8)
+    assert priced.num_turns == 8 and not priced.stopped_repeat  # priced, not stopped
+    assert [u.reward for u in priced.turns] == pytest.approx([0.0] * 3 + [-0.1] * 5)  # turns 4 to 8 repeat turn 3
+    assert priced.reward == pytest.approx(-0.5) and priced.env_reward == 0.0
+    assert (stopped.repeats, looped.repeats, priced.repeats) == (1, 5, 5)

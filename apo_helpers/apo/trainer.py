@@ -575,13 +575,14 @@ class Trainer:
         entropy = inputs.entropy.mean() if inputs.entropy is not None else torch.tensor(float("nan"))
         # per trajectory: reward, success, invalid actions, turns, generated and trained tokens, log-ratio, entropy,
         # generated replies and those trained on other tokens than were sampled (token_mismatches; NaN: not counted),
-        # turns answered by a drawn click (``explore``)
+        # turns answered by a drawn click (``explore``), turns repeating the last action on an unchanged page, and
+        # episodes ended at such a repeat (``stop_repeats``)
         rows = [[t.reward, float(t.success), t.invalid_actions, t.num_turns, t.generated_tokens, n, k, entropy.item(),
                  sum(map(bool, t.reply_ids)), np.nan if t.token_mismatches is None else t.token_mismatches,
-                 sum(u.explored for u in t.turns)]
+                 sum(u.explored for u in t.turns), t.repeats, float(t.stopped_repeat)]
                 for t, n, k in zip(trajectories, inputs.tokens.tolist(), kl.tolist())]
         (reward, success, invalid, turns, generated, trained, log_ratio, entropies, replies,
-         mismatches, explored) = self._gather(rows).T
+         mismatches, explored, repeats, stopped) = self._gather(rows).T
         if self.world > 1:
             stats = {name: self._mean_over_processes(torch.tensor(float(value), device=self.accelerator.device)).item()
                      for name, value in stats.items()}
@@ -594,6 +595,7 @@ class Trainer:
                 "trained_tokens": int(trained.sum()), "grad_norm": float(grad_norm),
                 "token_mismatch_rate": float(mismatches.sum() / max(1, replies.sum())),
                 "explored_rate": float(explored.sum() / max(1, turns.sum())),
+                "repeat_rate": float(repeats.sum() / max(1, turns.sum())), "stopped_rate": float(stopped.mean()),
                 "lr": self.optimizer.param_groups[0]["lr"], **timings, "seconds": time.perf_counter() - start,
                 **stats}
 

@@ -99,9 +99,10 @@ CACHED_BETA1 = 0.5
 def cache_key(ref_hash: str, goals: list[Goal], config: APOConfig, seed: int,
               show_selected_options: bool = False) -> str:
     """What the sampled rewards depend on: pi_ref's weights, the goals, N, the temperature, the seed, the pages'
-    rendering, which pages are answered greedily and the exploration rate (the last three only when they differ from
-    the default, so earlier keys stay valid). Not beta1: V* is recomputed from the rewards for any beta1
-    (``rescored``); the key keeps ``CACHED_BETA1`` in its place, so the keys of tables cached before stay valid."""
+    rendering, which pages are answered greedily, the exploration rate and the stop at or price of repeats (the last
+    four only when they differ from the default, so earlier keys stay valid). Not beta1: V* is recomputed from the
+    rewards for any beta1 (``rescored``); the key keeps ``CACHED_BETA1`` in its place, so the keys of tables cached
+    before stay valid."""
     spec = {"ref": ref_hash, "goals": [[g.split, g.index] for g in goals], "N": config.vstar_samples,
             "beta1": CACHED_BETA1, "temperature": config.vstar_temperature, "seed": seed}
     if show_selected_options:
@@ -120,6 +121,10 @@ def cache_key(ref_hash: str, goals: list[Goal], config: APOConfig, seed: int,
         spec["explore_results"] = config.explore_results
     if drawn_turns(config) and config.explore_once:
         spec["explore_once"] = True
+    if config.stop_repeats:
+        spec["stop_repeats"] = True
+    if config.repeat_penalty:
+        spec["repeat_penalty"] = config.repeat_penalty
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -192,7 +197,8 @@ def rollout_sampling(config: APOConfig, temperature: float) -> Sampling:
     ``config.explore_once``)."""
     return Sampling(temperature=temperature, greedy_pages=greedy_pages(config), explore=config.explore,
                     explore_search=config.explore_search, explore_options=config.explore_options,
-                    explore_results=config.explore_results, explore_once=config.explore_once)
+                    explore_results=config.explore_results, explore_once=config.explore_once,
+                    stop_repeats=config.stop_repeats, repeat_penalty=config.repeat_penalty)
 
 
 def drawn_turns(config: APOConfig) -> bool:

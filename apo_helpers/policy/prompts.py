@@ -44,7 +44,8 @@ class Turn:
     valid: bool = False
     """Whether the environment accepted the action."""
     reward: float = 0.0
-    """Environment reward of the turn plus the format penalty when the response did not parse."""
+    """Environment reward of the turn plus the format penalty when the response did not parse, minus
+    ``Sampling.repeat_penalty`` when the turn repeated the previous action on an unchanged page."""
     greedy: bool = False
     """Whether the reply was the most likely one rather than a sample (greedy decoding, or a page of
     ``Sampling.greedy_pages``): the algorithms train only on the sampled turns."""

@@ -67,6 +67,16 @@ class Sampling:
     """Draw at most one turn per episode, a click or the search (``explore`` is then the chance at each results or
     item page until one is drawn): the episode's return then judges that one turn against what the policy makes of
     the rest, instead of several random clicks at once."""
+    stop_repeats: bool = False
+    """End an episode, unbought (WebShop's reward 0), at a turn that repeats the previous turn's action on the page
+    that action left unchanged: an option value clicked again, an invalid click typed again. Played greedily, such a
+    repeat seldom ends before the turn limit, since the reply sees the same page and nearly the same last turn;
+    sampled, the loop ends by chance, so without the stop a sampled episode is paid for a purchase its greedy play
+    would not make (``APOConfig.stop_repeats``)."""
+    repeat_penalty: float = 0.0
+    """When sampling: subtracted from the reward of each turn that repeats the previous turn's action on the page it
+    left unchanged (the repeats ``stop_repeats`` stops at); the episode goes on. A milder price on the same loops:
+    a repeat the sample leaves costs a little, where the stop costs the whole return."""
 
 
 GREEDY = Sampling(greedy=True)
@@ -92,6 +102,10 @@ class Trajectory:
     """Per turn, the log-probability of each generated token under the sampling distribution."""
     reply_ids: list[list[int]] = field(default_factory=list)
     """Per turn, the token ids the model generated (empty for replayed and explored turns)."""
+    repeats: int = 0
+    """Turns that repeated the previous turn's action on the page it left unchanged (``repeats_previous``)."""
+    stopped_repeat: bool = False
+    """The episode was ended at a repeated action (``Sampling.stop_repeats``)."""
     token_mismatches: int | None = None
     """Generated replies whose tokens in ``input_ids`` differ from ``reply_ids`` (their decoded text did not
     re-encode to them): 0 when the algorithms train on exactly the sampled tokens. Counted with one chat per turn
@@ -276,6 +290,13 @@ def _replies(model, tokenizer, histories: list[list[Turn]], sampling: Sampling, 
     return out
 
 
+def repeats_previous(turns: list[Turn], observation: str) -> bool:
+    """Whether the last turn typed the previous turn's action again and left its page as it was (``observation``,
+    the page after it): the start of a loop (``Sampling.stop_repeats``)."""
+    return (len(turns) >= 2 and turns[-1].action == turns[-2].action and bool(turns[-1].action)
+            and observation == turns[-1].observation)
+
+
 def _rollout_batch(model, tokenizer, goals, sampling, config, env_config, catalog, max_turns, prefixes):
     envs = [WebShopEnv(split=g.split, catalog=catalog, config=env_config, max_turns=max_turns) for g in goals]
     trajs, observations, infos = [], [], []
@@ -305,6 +326,12 @@ def _rollout_batch(model, tokenizer, goals, sampling, config, env_config, catalo
             observations[i], reward, terminated, truncated, infos[i] = envs[i].step(turn.action)
             turn.valid = infos[i]["valid"]
             turn.reward = reward + (0.0 if turn.format_ok else config.format_penalty)
+            repeated = not terminated and repeats_previous(trajs[i].turns, observations[i])
+            if repeated:
+                trajs[i].repeats += 1
+                turn.reward -= sampling.repeat_penalty
+            if repeated and sampling.stop_repeats:
+                trajs[i].stopped_repeat = truncated = True
             if terminated or truncated:
                 t = trajs[i]
                 t.env_reward, t.success = reward, infos[i]["success"]
