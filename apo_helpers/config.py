@@ -259,6 +259,13 @@ class APOConfig:
     early-purchase probe finds the policies stop: they buy with a requested value unselected, and after one value is
     selected they sample the missing one in a few percent of continuations, where a uniform click over the whole
     page (``explore``) would rarely be it either (notebook 04 section 8)."""
+    option_draw: str = "uniform"
+    """How ``explore_options`` picks the value it clicks (``Sampling.option_draw``): ``uniform`` over the
+    unselected options' values, or ``policy``: with the probability the policy gives each of those clicks' replies,
+    renormalised over them. The draw then forces an option click where the policy would buy or go back, and the
+    policy still reads which value; after one selected value, the click the policies almost never sample is the
+    second option's, and they read a single option's value right on most goals that ask for one (notebook 07
+    section 3)."""
     explore_results: float = 0.0
     """Stage 1 and the rollouts answer a results-page turn with a click on one of the page's products drawn
     uniformly, with this probability (``Sampling.explore_results``; the draw knows nothing of the goal, and the reply

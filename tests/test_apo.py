@@ -296,8 +296,13 @@ def test_cache_key_depends_on_what_changes_the_samples(models):
                               dataclasses.replace(P.apo, greedy_search=True, explore_results=0.3, explore_once=True), 0)
     stop = cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, greedy_search=True, stop_repeats=True),
                      0)
+    options_read = cache_key(weights_hash(ref_model), goals,
+                             dataclasses.replace(P.apo, greedy_search=True, explore_options=0.3, option_draw="policy"), 0)
     assert len({base, greedy_search, explore, once, greedy_clicks, queries, options, options_once, products,
-                products_once, stop}) == 11
+                products_once, stop, options_read}) == 12
+    # the default draw leaves the keys of tables cached before it existed as they were
+    assert options == cache_key(weights_hash(ref_model), goals, dataclasses.replace(
+        P.apo, greedy_search=True, explore_options=0.3, option_draw="uniform"), 0)
     assert rollout_sampling(dataclasses.replace(P.apo, stop_repeats=True), 1.0).stop_repeats
     # explore_once without explore draws nothing: the same samples, the same key
     assert cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, explore_once=True), 0) == base
@@ -1283,6 +1288,12 @@ def test_greedy_pages_of_each_mode():
     assert (aimed.explore_options, aimed.explore, aimed.explore_once) == (0.2, 0.5, True)
     drawing = rollout_sampling(dataclasses.replace(CLICKING_GREEDILY.apo, explore_search=0.5), 1.0)
     assert drawing.explore_search == 0.5 and drawing.greedy_pages == ("results", "item", "detail")
+    read = rollout_sampling(dataclasses.replace(EXPLORING.apo, explore_options=0.3, option_draw="policy"), 1.0)
+    assert (read.explore_options, read.option_draw) == (0.3, "policy")
+    with pytest.raises(ValueError, match="option_draw='policy' picks the values explore_options draws"):
+        rollout_sampling(dataclasses.replace(EXPLORING.apo, option_draw="policy"), 1.0)
+    with pytest.raises(ValueError, match="option_draw must be one of"):
+        rollout_sampling(dataclasses.replace(EXPLORING.apo, explore_options=0.3, option_draw="expert"), 1.0)
 
 
 def test_greedy_clicks_samples_and_trains_only_the_search_turn(ref_dir, demos):

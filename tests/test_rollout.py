@@ -428,6 +428,44 @@ def test_explore_options_draws_values_of_the_unselected_options(scripted, tokeni
     assert drawn > 0
 
 
+def test_policy_option_draw_clicks_a_value_the_policy_weighs(scripted, tokenizer):
+    """``option_draw="policy"``: the drawn turns are still clicks of unselected option values in the expert's words
+    (nothing generated, seeded draws repeat), and each is drawn with the probability the model gives its reply:
+    ``reply_logprobs`` is the chat's masked log-prob sum, and near temperature 0 the draw is its argmax."""
+    from apo_helpers.policy.prompts import Turn, build_messages, format_response, prompt_actions
+    from apo_helpers.policy.rollout import policy_option_click, reply_logprobs
+    from apo_helpers.webshop.agents import explain
+    from apo_helpers.webshop.env import WebShopEnv
+
+    trained, demo, _ = scripted
+    sampling = Sampling(greedy_pages=("search",), explore_options=1.0, option_draw="policy")
+    played = _played_twice(scripted, tokenizer, sampling, 4, 8, seed=4)
+    drawn = [u for t in played for u in t.turns if u.explored]
+    assert drawn and all(u.response == format_response(explain(u.action, "item"), u.action) and u.valid for u in drawn)
+
+    env = WebShopEnv(split=demo.goal.split, catalog=default_catalog(), config=P.policy_env(), max_turns=8)
+    obs, info = env.reset(options={"goal": demo.goal})
+    history = []
+    while not env.unselected_option_actions:  # replay the demonstration to its first item page with options
+        turn = demo.turns[len(history)]
+        history.append(dataclasses.replace(turn))
+        obs, _, _, _, info = env.step(turn.action)
+    clicks = env.unselected_option_actions
+    assert len(clicks) > 1  # a choice to make
+    turns = history + [Turn(obs, prompt_actions(info["available_actions"]), info["turns_left"])]
+    replies = [format_response(explain(c, "item"), c) for c in clicks]
+    logp = reply_logprobs(trained, tokenizer, turns, replies, P.policy)
+    for k, reply in enumerate(replies):  # the same sum, one chat at a time
+        chat = build_messages(turns[:-1] + [dataclasses.replace(turns[-1], response=reply)], P.policy.window, True)
+        ids, mask = encode_chat(tokenizer, chat)
+        ids_t, attn, loss = collate([ids], [mask], tokenizer.pad_token_id)
+        with torch.no_grad():
+            expected = (token_logprobs(trained, ids_t, attn) * loss[:, 1:]).sum()
+        assert float(logp[k]) == pytest.approx(float(expected), abs=1e-3)
+    best = clicks[int(logp.argmax())]
+    assert {policy_option_click(trained, tokenizer, turns, clicks, 1e-6, P.policy) for _ in range(5)} == {best}
+
+
 def test_explore_results_draws_a_product_of_the_results_page(scripted, tokenizer):
     """``explore_results=1.0``: every results-page turn is a drawn click on one of the page's products (never paging
     or going back), in the expert's words, nothing generated for it; item pages are left to the model. Seeded draws

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from ..config import APOConfig, Profile, seed_everything
 from ..files import atomic_write_text
-from ..policy.rollout import Sampling, rollout
+from ..policy.rollout import Sampling, check_option_draw, rollout
 from ..webshop.catalog import Catalog, DataFileError, Goal, default_catalog
 from ..webshop.pages import DETAIL, ITEM, RESULTS, SEARCH
 
@@ -99,8 +99,8 @@ CACHED_BETA1 = 0.5
 def cache_key(ref_hash: str, goals: list[Goal], config: APOConfig, seed: int,
               show_selected_options: bool = False) -> str:
     """What the sampled rewards depend on: pi_ref's weights, the goals, N, the temperature, the seed, the pages'
-    rendering, which pages are answered greedily, the exploration rate and the stop at or price of repeats (the last
-    four only when they differ from the default, so earlier keys stay valid). Not beta1: V* is recomputed from the
+    rendering, which pages are answered greedily, the exploration rates, how option values are drawn and the stop at
+    or price of repeats (the last five only when they differ from the default, so earlier keys stay valid). Not beta1: V* is recomputed from the
     rewards for any beta1 (``rescored``); the key keeps ``CACHED_BETA1`` in its place, so the keys of tables cached
     before stay valid."""
     spec = {"ref": ref_hash, "goals": [[g.split, g.index] for g in goals], "N": config.vstar_samples,
@@ -117,6 +117,8 @@ def cache_key(ref_hash: str, goals: list[Goal], config: APOConfig, seed: int,
         spec["explore_search"] = config.explore_search
     if config.explore_options:
         spec["explore_options"] = config.explore_options
+        if config.option_draw != "uniform":
+            spec["option_draw"] = config.option_draw
     if config.explore_results:
         spec["explore_results"] = config.explore_results
     if drawn_turns(config) and config.explore_once:
@@ -194,10 +196,14 @@ def rollout_sampling(config: APOConfig, temperature: float) -> Sampling:
     clicks drawn at random at rate ``config.explore``, values of the item's unselected options at rate
     ``config.explore_options``, products of the results page at rate ``config.explore_results`` and searches for
     the instruction at rate ``config.explore_search`` (at most one drawn turn per episode with
-    ``config.explore_once``)."""
+    ``config.explore_once``), option values picked as ``config.option_draw`` says."""
+    if check_option_draw(config.option_draw) != "uniform" and not config.explore_options:
+        raise ValueError(f"option_draw={config.option_draw!r} picks the values explore_options draws, and none is "
+                         "drawn: set explore_options above 0")
     return Sampling(temperature=temperature, greedy_pages=greedy_pages(config), explore=config.explore,
                     explore_search=config.explore_search, explore_options=config.explore_options,
                     explore_results=config.explore_results, explore_once=config.explore_once,
+                    option_draw=config.option_draw,
                     stop_repeats=config.stop_repeats, repeat_penalty=config.repeat_penalty)
 
 

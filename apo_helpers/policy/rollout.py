@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -22,10 +23,11 @@ from ..files import atomic_write_text
 from ..webshop.catalog import Catalog, Goal, default_catalog
 from ..webshop.agents import EXPLAINED_PAGES, explain, explorable_actions, instruction_search, product_clicks
 from ..webshop.env import WebShopEnv
-from ..webshop.pages import RESULTS, SEARCH
+from ..webshop.pages import ITEM, RESULTS, SEARCH
 from .models import STOP_TEXT, stop_token_ids
 from .prompts import (Turn, build_messages, encode_chat, episode_chats, format_response, parse_response,
                       prompt_actions)
+from .scoring import collate, sequence_logprob_sums
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,13 @@ class Sampling:
     (``WebShopEnv.unselected_option_actions``; the draw knows nothing of the goal), written with the expert's think
     for it and marked ``explored``. The imitated pi_ref and the policies trained from it buy with a requested value
     still unselected and almost never sample that value's click (notebook 04 section 8)."""
+    option_draw: str = "uniform"
+    """How ``explore_options`` picks the value it clicks among the unselected options' values: ``uniform`` (each
+    alike; the draw knows nothing of the goal) or ``policy`` (each with the probability the policy gives that click's
+    reply, renormalised over those replies at ``temperature``: ``policy_option_click``). The draw then decides only
+    that an option is clicked, not buying, going back or clicking again; which value stays the policy's own reading
+    of the instruction. A uniform draw hits the requested value of an option with five values one time in five, and
+    its misses, not the policy, decide most drawn episodes (notebook 07 section 3)."""
     explore_results: float = 0.0
     """When sampling: the chance that a results-page turn is not answered by the model but by a click on one of the
     page's products drawn uniformly (``agents.product_clicks``; the draw knows nothing of the goal: not its budget,
@@ -80,6 +89,15 @@ class Sampling:
 
 
 GREEDY = Sampling(greedy=True)
+OPTION_DRAWS = ("uniform", "policy")
+"""The ways ``Sampling.explore_options`` picks a value (``Sampling.option_draw``)."""
+
+
+def check_option_draw(option_draw: str) -> str:
+    """``option_draw`` when it names one of ``OPTION_DRAWS``; a ValueError naming them otherwise."""
+    if option_draw not in OPTION_DRAWS:
+        raise ValueError(f"option_draw must be one of {OPTION_DRAWS}, got {option_draw!r}")
+    return option_draw
 
 
 @dataclass
@@ -248,10 +266,11 @@ def _replay(env: WebShopEnv, goal: Goal, prefix: list[Turn]):
 
 
 def _next_turn(observation: str, info: dict, sampling: Sampling, explored_before: bool = False,
-               option_clicks: list[str] | None = None) -> Turn:
+               option_clicks: list[str] | None = None, choose_option=None) -> Turn:
     """The turn the page opens: greedy or sampled (``greedy_pages``), or explored, its reply already written.
     ``explored_before``: the episode already has an explored turn (none more with ``Sampling.explore_once``).
-    ``option_clicks``: the values of the open item's unselected options (``Sampling.explore_options`` draws one)."""
+    ``option_clicks``: the values of the open item's unselected options (``Sampling.explore_options`` draws one).
+    ``choose_option(clicks, turn)``: picks that click (``Sampling.option_draw="policy"``); uniform when None."""
     page = info["page"]
     turn = Turn(observation, prompt_actions(info["available_actions"]), info["turns_left"],
                 greedy=sampling.greedy or page in sampling.greedy_pages)
@@ -269,9 +288,34 @@ def _next_turn(observation: str, info: dict, sampling: Sampling, explored_before
         if page == SEARCH and sampling.explore_search and torch.rand(()).item() < sampling.explore_search:
             turn.response, turn.explored = format_response(*instruction_search(observation)), True
         return turn
-    action = clicks[int(torch.randint(len(clicks), ()))]
+    if choose_option is not None and clicks is option_clicks:
+        action = choose_option(clicks, turn)
+    else:
+        action = clicks[int(torch.randint(len(clicks), ()))]
     turn.response, turn.explored = format_response(explain(action, page), action), True
     return turn
+
+
+@torch.no_grad()
+def reply_logprobs(model, tokenizer, turns: list[Turn], replies: list[str], config: PolicyConfig) -> torch.Tensor:
+    """``(len(replies),)`` log-probability the model gives each reply as the answer to the last of ``turns``, summed
+    over the reply's tokens (earlier replies in the chat add the same amount to every one of them)."""
+    encoded = [encode_chat(tokenizer, build_messages(turns[:-1] + [replace(turns[-1], response=reply)], config.window,
+                                                     include_last_response=True)) for reply in replies]
+    ids, attention, mask = collate([e[0] for e in encoded], [e[1] for e in encoded], tokenizer.pad_token_id,
+                                   model.device)
+    return sequence_logprob_sums(model, ids, attention, mask).float()
+
+
+def policy_option_click(model, tokenizer, turns: list[Turn], clicks: list[str], temperature: float,
+                        config: PolicyConfig) -> str:
+    """One of ``clicks`` (item-page option values) drawn with the probability the model gives its reply, written
+    as the expert writes it, renormalised over ``clicks`` at ``temperature`` (``Sampling.option_draw="policy"``);
+    the last of ``turns`` is the item page being answered."""
+    replies = [format_response(explain(click, ITEM), click) for click in clicks]
+    logp = reply_logprobs(model, tokenizer, turns, replies, config)
+    weights = torch.softmax(logp / max(temperature, 1e-6), dim=0).cpu()
+    return clicks[int(torch.multinomial(weights, 1))]
 
 
 def _replies(model, tokenizer, histories: list[list[Turn]], sampling: Sampling, config: PolicyConfig):
@@ -297,6 +341,12 @@ def repeats_previous(turns: list[Turn], observation: str) -> bool:
             and observation == turns[-1].observation)
 
 
+def _choose_for(model, tokenizer, history: list[Turn], temperature: float, config: PolicyConfig, clicks: list[str],
+                turn: Turn) -> str:
+    """``policy_option_click`` for the page ``turn`` opens after the episode's ``history``."""
+    return policy_option_click(model, tokenizer, history + [turn], clicks, temperature, config)
+
+
 def _rollout_batch(model, tokenizer, goals, sampling, config, env_config, catalog, max_turns, prefixes):
     envs = [WebShopEnv(split=g.split, catalog=catalog, config=env_config, max_turns=max_turns) for g in goals]
     trajs, observations, infos = [], [], []
@@ -306,12 +356,16 @@ def _rollout_batch(model, tokenizer, goals, sampling, config, env_config, catalo
                                 sample_logprobs=[[] for _ in prefix], reply_ids=[[] for _ in prefix]))
         observations.append(obs)
         infos.append(info)
+    by_policy = bool(sampling.explore_options) and check_option_draw(sampling.option_draw) == "policy"
     active = list(range(len(goals)))
     while active:
         for i in active:
             explored_before = any(u.explored for u in trajs[i].turns)
             option_clicks = envs[i].unselected_option_actions if sampling.explore_options else None
-            trajs[i].turns.append(_next_turn(observations[i], infos[i], sampling, explored_before, option_clicks))
+            choose = (partial(_choose_for, model, tokenizer, trajs[i].turns, sampling.temperature, config)
+                      if by_policy else None)
+            trajs[i].turns.append(_next_turn(observations[i], infos[i], sampling, explored_before, option_clicks,
+                                             choose))
         asking = [i for i in active if not trajs[i].turns[-1].explored]
         answers = dict(zip(asking, zip(*_replies(model, tokenizer, [trajs[i].turns for i in asking], sampling,
                                                  config)))) if asking else {}
