@@ -296,8 +296,8 @@ def test_cache_key_depends_on_what_changes_the_samples(models):
                               dataclasses.replace(P.apo, greedy_search=True, explore_results=0.3, explore_once=True), 0)
     stop = cache_key(weights_hash(ref_model), goals, dataclasses.replace(P.apo, greedy_search=True, stop_repeats=True),
                      0)
-    options_read = cache_key(weights_hash(ref_model), goals,
-                             dataclasses.replace(P.apo, greedy_search=True, explore_options=0.3, option_draw="policy"), 0)
+    reading = dataclasses.replace(P.apo, greedy_search=True, explore_options=0.3, option_draw="policy")
+    options_read = cache_key(weights_hash(ref_model), goals, reading, 0)
     assert len({base, greedy_search, explore, once, greedy_clicks, queries, options, options_once, products,
                 products_once, stop, options_read}) == 12
     # the default draw leaves the keys of tables cached before it existed as they were

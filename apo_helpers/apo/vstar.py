@@ -99,10 +99,10 @@ CACHED_BETA1 = 0.5
 def cache_key(ref_hash: str, goals: list[Goal], config: APOConfig, seed: int,
               show_selected_options: bool = False) -> str:
     """What the sampled rewards depend on: pi_ref's weights, the goals, N, the temperature, the seed, the pages'
-    rendering, which pages are answered greedily, the exploration rates, how option values are drawn and the stop at
-    or price of repeats (the last five only when they differ from the default, so earlier keys stay valid). Not beta1: V* is recomputed from the
-    rewards for any beta1 (``rescored``); the key keeps ``CACHED_BETA1`` in its place, so the keys of tables cached
-    before stay valid."""
+    rendering, which pages are answered greedily, the exploration rates, how option values are drawn and the stop at or
+    price of repeats (the last five only when they differ from the default, so earlier keys stay valid). Not beta1: V*
+    is recomputed from the rewards for any beta1 (``rescored``); the key keeps ``CACHED_BETA1`` in its place, so the
+    keys of tables cached before stay valid."""
     spec = {"ref": ref_hash, "goals": [[g.split, g.index] for g in goals], "N": config.vstar_samples,
             "beta1": CACHED_BETA1, "temperature": config.vstar_temperature, "seed": seed}
     if show_selected_options:
