@@ -705,7 +705,9 @@ if not gains.empty:
              (f"{d1200_seed3}_r2", f"{d1200}_r2"), (d1200_seed4, d1200_seed1), (d1200_seed4, d1200_seed3),
              (f"{d1200_seed4}_r2", d1200_seed4), (f"{d1200_seed2}_stop", d1200_seed2),
              (f"{d1200_seed2}_rp01", d1200_seed2), (f"{d1200_seed2}_rp01", f"{d1200_seed2}_stop"),
-             (f"{d1200_seed4}_rp01", d1200_seed4), (f"{d1200_seed3}_rp01", d1200_seed3)]
+             (f"{d1200_seed4}_rp01", d1200_seed4), (f"{d1200_seed3}_rp01", d1200_seed3),
+             (f"{d1200_seed4}_po03h", d1200_seed4), (f"{d1200_seed2}_po03h", d1200_seed2),
+             (f"{d1200_seed3}_po03h", d1200_seed3)]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
