@@ -265,9 +265,9 @@ class APOConfig:
     renormalised over them. The draw then forces an option click where the policy would buy or go back, and the
     policy still reads which value; after one selected value, the click the policies almost never sample is the
     second option's, and they read a single option's value right on most goals that ask for one. Measured with
-    ``explore_options=0.3`` and ``hold_failed_draws`` from two demos-1200 pi_refs, it gained less than the held recipe
-    from one and broke the seeds of the other into rejected clicks and loops (docs/experiments.md, "Option values
-    drawn as the policy reads them"; notebook 07 section 3)."""
+    ``explore_options=0.3`` and ``hold_failed_draws`` from three demos-1200 pi_refs, it gained less than the held
+    recipe from two and broke the seeds of the third into rejected clicks and loops (docs/experiments.md, "Option
+    values drawn as the policy reads them"; notebook 07 section 3)."""
     explore_results: float = 0.0
     """Stage 1 and the rollouts answer a results-page turn with a click on one of the page's products drawn
     uniformly, with this probability (``Sampling.explore_results``; the draw knows nothing of the goal, and the reply
