@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from ..config import APOConfig, Profile, seed_everything
 from ..files import atomic_write_text
-from ..policy.rollout import Sampling, check_option_draw, rollout
+from ..policy.rollout import Sampling, rollout
 from ..webshop.catalog import Catalog, DataFileError, Goal, default_catalog
 from ..webshop.pages import DETAIL, ITEM, RESULTS, SEARCH
 
@@ -197,7 +197,7 @@ def rollout_sampling(config: APOConfig, temperature: float) -> Sampling:
     ``config.explore_options``, products of the results page at rate ``config.explore_results`` and searches for
     the instruction at rate ``config.explore_search`` (at most one drawn turn per episode with
     ``config.explore_once``), option values picked as ``config.option_draw`` says."""
-    if check_option_draw(config.option_draw) != "uniform" and not config.explore_options:
+    if config.option_draw == "policy" and not config.explore_options:
         raise ValueError(f"option_draw={config.option_draw!r} picks the values explore_options draws, and none is "
                          "drawn: set explore_options above 0")
     return Sampling(temperature=temperature, greedy_pages=greedy_pages(config), explore=config.explore,

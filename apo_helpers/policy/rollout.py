@@ -87,17 +87,14 @@ class Sampling:
     left unchanged (the repeats ``stop_repeats`` stops at); the episode goes on. A milder price on the same loops:
     a repeat the sample leaves costs a little, where the stop costs the whole return."""
 
+    def __post_init__(self):
+        if self.option_draw not in OPTION_DRAWS:
+            raise ValueError(f"option_draw must be one of {OPTION_DRAWS}, got {self.option_draw!r}")
 
-GREEDY = Sampling(greedy=True)
+
 OPTION_DRAWS = ("uniform", "policy")
 """The ways ``Sampling.explore_options`` picks a value (``Sampling.option_draw``)."""
-
-
-def check_option_draw(option_draw: str) -> str:
-    """``option_draw`` when it names one of ``OPTION_DRAWS``; a ValueError naming them otherwise."""
-    if option_draw not in OPTION_DRAWS:
-        raise ValueError(f"option_draw must be one of {OPTION_DRAWS}, got {option_draw!r}")
-    return option_draw
+GREEDY = Sampling(greedy=True)
 
 
 @dataclass
@@ -356,7 +353,7 @@ def _rollout_batch(model, tokenizer, goals, sampling, config, env_config, catalo
                                 sample_logprobs=[[] for _ in prefix], reply_ids=[[] for _ in prefix]))
         observations.append(obs)
         infos.append(info)
-    by_policy = bool(sampling.explore_options) and check_option_draw(sampling.option_draw) == "policy"
+    by_policy = bool(sampling.explore_options) and sampling.option_draw == "policy"
     active = list(range(len(goals)))
     while active:
         for i in active:
