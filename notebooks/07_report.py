@@ -647,8 +647,11 @@ gains.round(3)
 # where does its first round end against the second's, which started 3 points higher, and the fourth's, and does
 # re-anchoring it once add? And does a first round whose rollouts end an episode at a repeated action (`stop_repeats`)
 # or price each repeat (`repeat_penalty=0.1`) end above the held first round, from the third π_ref, whose seeds lost
-# goals to such loops, and from the others it ran from? Each difference is given on val too where both sides were
-# played there (the `(val)` columns): the same question asked of 200 other unseen goals.
+# goals to such loops, and from the others it ran from? Does drawing the option values as the policy reads them
+# (`option_draw=policy`) end above the held first round from the third, fourth and fifth π_refs? And where does a
+# π_ref of six layers on the fourth's and fifth's commands end against their 4-layer siblings? Each difference is
+# given on val too where both sides were played there (the `(val)` columns): the same question asked of 200 other
+# unseen goals.
 
 # %%
 if not gains.empty:
@@ -707,7 +710,8 @@ if not gains.empty:
              (f"{d1200_seed2}_rp01", d1200_seed2), (f"{d1200_seed2}_rp01", f"{d1200_seed2}_stop"),
              (f"{d1200_seed4}_rp01", d1200_seed4), (f"{d1200_seed3}_rp01", d1200_seed3),
              (f"{d1200_seed4}_po03h", d1200_seed4), (f"{d1200_seed2}_po03h", d1200_seed2),
-             (f"{d1200_seed3}_po03h", d1200_seed3)]
+             (f"{d1200_seed3}_po03h", d1200_seed3),
+             (d1200_seed4.replace("h192", "h192_l6"), d1200_seed4), (d1200_seed3.replace("h192", "h192_l6"), d1200_seed3)]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
