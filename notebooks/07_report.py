@@ -649,9 +649,9 @@ gains.round(3)
 # or price each repeat (`repeat_penalty=0.1`) end above the held first round, from the third π_ref, whose seeds lost
 # goals to such loops, and from the others it ran from? Does drawing the option values as the policy reads them
 # (`option_draw=policy`) end above the held first round from the third, fourth and fifth π_refs? And where does a
-# π_ref of six layers on the fourth's and fifth's commands end against their 4-layer siblings? Each difference is
-# given on val too where both sides were played there (the `(val)` columns): the same question asked of 200 other
-# unseen goals.
+# π_ref of six layers on the fourth's and fifth's commands end against their 4-layer siblings, and re-anchored once,
+# against its own first round and against the 4-layer siblings re-anchored once? Each difference is given on val too
+# where both sides were played there (the `(val)` columns): the same question asked of 200 other unseen goals.
 
 # %%
 if not gains.empty:
@@ -711,7 +711,10 @@ if not gains.empty:
              (f"{d1200_seed4}_rp01", d1200_seed4), (f"{d1200_seed3}_rp01", d1200_seed3),
              (f"{d1200_seed4}_po03h", d1200_seed4), (f"{d1200_seed2}_po03h", d1200_seed2),
              (f"{d1200_seed3}_po03h", d1200_seed3),
-             (d1200_seed4.replace("h192", "h192_l6"), d1200_seed4), (d1200_seed3.replace("h192", "h192_l6"), d1200_seed3)]
+             (d1200_seed4.replace("h192", "h192_l6"), d1200_seed4), (d1200_seed3.replace("h192", "h192_l6"), d1200_seed3),
+             *[pair for seeded in (d1200_seed3, d1200_seed4) for pair in
+               ((f"{seeded.replace('h192', 'h192_l6')}_r2", seeded.replace("h192", "h192_l6")),
+                (f"{seeded.replace('h192', 'h192_l6')}_r2", f"{seeded}_r2"))]]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
