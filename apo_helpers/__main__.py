@@ -612,6 +612,19 @@ def cmd_bench(args) -> int:
             atomic_write_text(RESULTS_DIR / name, json.dumps(result, indent=1) + "\n")
         print(json.dumps(result) if args.json else json.dumps(result, indent=1))
         return 0
+    if args.what == "update-memory":
+        import pandas as pd
+
+        result = {**bench.bench_update_memory(args.ref, tuple(args.batches), min(args.repeats, 3)),
+                  "numerics": machine}
+        if args.save:
+            atomic_write_text(RESULTS_DIR / "bench_update_memory.json", json.dumps(result, indent=1) + "\n")
+        if args.json:
+            print(json.dumps(result))
+        else:
+            print(pd.DataFrame(result["rows"]).to_string(index=False))
+            print(f"whole-batch backward: {result['whole_mb_per_1k_tokens']} MiB per 1,000 scored tokens")
+        return 0
     if args.what == "rollout":
         result = {**bench.bench_rollout(args.batch, args.ref), "numerics": machine}
         if args.save:
@@ -907,7 +920,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("bench", help="benchmarks (medians over repeats)")
-    p.add_argument("what", choices=["env", "rollout", "train"])
+    p.add_argument("what", choices=["env", "rollout", "train", "update-memory"])
     p.add_argument("--batch", type=int, default=32, help="rollout / train: episodes in lockstep (goals per iteration)")
     p.add_argument("--ref", default=None, help="rollout / train: a saved policy folder (rollout default: an untrained "
                    "tiny model; train default: runs/pi_ref_<profile>)")
@@ -916,6 +929,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(smollm2-135m), used as it ships")
     p.add_argument("--objective", default="apo", help="train: the objective timed, or `all` (each in turn, the "
                    "comparison's settings; saves bench_train_objectives.json)")
+    p.add_argument("--batches", type=int, nargs="+", default=[32, 64, 96], help="update-memory: episodes per update "
+                   "(more stand for a drifting policy's longer episodes); --repeats caps at 3 there")
     p.add_argument("--products", type=int, nargs="+", default=[1000], help="catalog sizes, e.g. 1000 10000 100000")
     p.add_argument("--steps", type=int, default=20000, help="random-agent steps per size")
     p.add_argument("--json", action="store_true")

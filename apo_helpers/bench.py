@@ -182,3 +182,102 @@ def bench_train(ref: str | None = None, batch: int = 32, repeats: int = 5, seed:
             "training_tokens_per_second_median": round(statistics.median(training), 1),
             "peak_memory_mb": peak_memory_mb(),
             "runs_seconds": [round(r["seconds"], 3) for r in rows], "target_seconds": 6.0}
+
+
+def bench_update_memory(ref: str | None = None, batches: tuple[int, ...] = (32, 64, 96), repeats: int = 3,
+                        seed: int = 0) -> dict:
+    """Peak memory and seconds of one update (phase 2, no optimizer step) on batches of ``batches`` pi_ref episodes,
+    backpropagated through the whole batch at once and one micro-batch at a time (``lean_update``). More episodes
+    stand for what a policy that drifts from pi_ref plays: longer episodes, more tokens to score. Memory is the
+    process's peak resident set above its size before the update (CPU: Linux's VmHWM, reset for each update) or
+    torch's peak allocation (CUDA); medians over ``repeats``."""
+    import dataclasses
+
+    import torch
+
+    from .apo.sft import reference_dir
+    from .apo.trainer import Trainer, anchor_sequences, load_models, scored_tokens, trained_sequences
+    from .apo.vstar import greedy_pages, rollout_sampling, stage1, stage1_goals
+    from .config import get_profile
+    from .policy.models import with_rendering
+    from .policy.rollout import rollout
+
+    profile = get_profile()
+    ref = ref or reference_dir(profile)
+    profile = with_rendering(profile, ref)
+    model, ref_model, tokenizer = load_models(ref)
+    quick = dataclasses.replace(profile, apo=dataclasses.replace(profile.apo, vstar_samples=2))
+    vstar = stage1(ref_model, tokenizer, quick, None, goals=stage1_goals(profile, seed)[: max(batches)], progress=False)
+    kept = vstar.goals()  # the stage-1 filter may drop some: goals repeat, each episode its own sample
+    goals = [kept[i % len(kept)] for i in range(max(batches))]
+    seed_everything(seed)
+    episodes = rollout(ref_model, tokenizer, goals, rollout_sampling(profile.apo, profile.apo.temperature),
+                       profile.policy, profile.policy_env())
+    rows = []
+    for batch in batches:
+        trajectories = episodes[:batch]
+        chats = trained_sequences(trajectories, tokenizer, profile.policy.window, profile.apo.logprob_tokens,
+                                  bool(greedy_pages(profile.apo)))
+        row = {"episodes": len(trajectories), "turns": sum(t.num_turns for t in trajectories),
+               "scored_tokens": scored_tokens(chats, anchor_sequences(trajectories, tokenizer, profile))}
+        for mode, lean in (("whole", False), ("lean", True)):
+            apo = dataclasses.replace(profile.apo, backward_per_micro_batch=lean, max_graph_tokens=0)
+            trainer = Trainer(model, ref_model, tokenizer, vstar, dataclasses.replace(profile, apo=apo), seed=seed)
+            trainer.optimizer.step = lambda: None  # the same weights for every measurement
+            peaks, seconds = [], []
+            for _ in range(repeats):
+                before = _reset_peak_memory()
+                start = time.perf_counter()
+                trainer.update(trajectories)
+                seconds.append(time.perf_counter() - start)
+                peaks.append(_peak_memory_mb() - before)
+                model.zero_grad(set_to_none=True)
+            row[f"{mode}_peak_mb_median"] = round(statistics.median(peaks), 1)
+            row[f"{mode}_seconds_median"] = round(statistics.median(seconds), 3)
+        row["peak_ratio"] = round(row["whole_peak_mb_median"] / max(row["lean_peak_mb_median"], 1e-9), 2)
+        row["seconds_ratio"] = round(row["lean_seconds_median"] / row["whole_seconds_median"], 2)
+        rows.append(row)
+    whole = [(r["scored_tokens"], r["whole_peak_mb_median"]) for r in rows]
+    slope = ((whole[-1][1] - whole[0][1]) / (whole[-1][0] - whole[0][0]) * 1000
+             if len(whole) > 1 and whole[-1][0] != whole[0][0] else None)
+    return {"profile": profile.name, "model": str(ref), "device": str(model.device),
+            "parameters": sum(p.numel() for p in model.parameters()), "micro_batch": profile.apo.micro_batch,
+            "torch_threads": torch.get_num_threads(), "rows": rows,
+            "whole_mb_per_1k_tokens": round(slope, 2) if slope is not None else None}
+
+
+def _reset_peak_memory() -> float:
+    """Start a new peak-memory window; returns the memory in use now (MiB): torch's allocation on CUDA, else the
+    resident set after handing freed heap back to the system (so that the next peak counts what the update needs)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        return torch.cuda.memory_allocated() / 2**20
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the window starts from the resident set as it is
+        pass
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # Linux: VmHWM := VmRSS
+    return _status_mb("VmRSS")
+
+
+def _peak_memory_mb() -> float:
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return _status_mb("VmHWM")
+
+
+def _status_mb(field: str) -> float:
+    """A ``/proc/self/status`` memory field (kB) in MiB; Linux only, as the CPU peak-memory window needs."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field}: the CPU memory benchmark needs Linux")

@@ -356,6 +356,13 @@ class APOConfig:
     """Score the batch without gradients, then re-run each micro-batch's forward pass and backpropagate the loss's
     gradient with respect to its log-probs: the same gradients, the memory of one micro-batch's graph instead of
     the whole batch's, for one more forward pass. Needed by pretrained models' long chats (gpu profile)."""
+    max_graph_tokens: int = 0
+    """Tokens one update may hold in a single autograd graph (0: no limit). An iteration whose chats scored with
+    gradients hold more (``trainer.scored_tokens``; the history's ``scored_tokens``) takes
+    ``backward_per_micro_batch``'s path for that update (the history's ``lean_update``). The whole batch's graph
+    grows with its tokens, and a policy that drifts from pi_ref plays longer episodes (more turns, longer replies):
+    the limit keeps such iterations' memory at one micro-batch's graph, where three seeds side by side could
+    otherwise outgrow the machine (``bench update-memory`` measures both paths)."""
     split_samples: int = 4
     """``apo_split`` only: pi_ref continuations from each trajectory's first item page that give its V* (stage 1's
     soft maximum with ``beta1``); each iteration samples ``batch_goals * split_samples`` short episodes more."""

@@ -19,7 +19,8 @@ from apo_helpers.analysis.evaluate import greedy_evaluation
 from apo_helpers.apo import trainer as trainer_module
 from apo_helpers.apo.losses import OBJECTIVES, ObjectiveInputs, apo_loss, apo_objective, kl_estimate
 from apo_helpers.apo.sft import expert_demonstrations
-from apo_helpers.apo.trainer import Trainer, latest_checkpoint, load_models, objective_inputs, trained_sequences
+from apo_helpers.apo.trainer import (Trainer, latest_checkpoint, lean_update, load_models, objective_inputs,
+                                     trained_sequences)
 from apo_helpers.apo.turn_credit import decision_turn, split_values
 from apo_helpers.apo.vstar import (VStarTable, cache_key, greedy_pages, load_vstar, optimal_value, rollout_sampling,
                                    sample_rewards, stage1, stage1_goals, training_reward, vstar_table,
@@ -1065,6 +1066,45 @@ def test_backward_per_micro_batch_gives_the_same_gradients(ref_dir, vstar, demos
     assert plain.keys() == lean.keys()
     for name in plain:
         torch.testing.assert_close(lean[name], plain[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_lean_update_past_max_graph_tokens_only():
+    config = P.apo
+    assert not lean_update(config, 10**9)  # no limit by default
+    assert lean_update(dataclasses.replace(config, backward_per_micro_batch=True), 1)  # always, when asked
+    limited = dataclasses.replace(config, max_graph_tokens=1000)
+    assert not lean_update(limited, 1000) and lean_update(limited, 1001)
+
+
+def test_max_graph_tokens_switches_a_large_batch_to_the_lean_update(ref_dir, vstar):
+    """Under the limit an update is the plain one, bit for bit; past it, the lean one (backward_per_micro_batch's),
+    bit for bit; the history says which and how many tokens were scored."""
+    shifted = VStarTable(vstar.table.assign(vstar=vstar.table["vstar"] - 0.3), vstar.key)  # non-zero advantages
+
+    def update(**settings):
+        apo = dataclasses.replace(P.apo, batch_goals=4, micro_batch=3, **settings)
+        trainer = _trainer(ref_dir, shifted, profile=dataclasses.replace(P, apo=apo))
+        trajectories = _fixed_batch(trainer)
+        trainer.optimizer.step = lambda: None  # compare the gradients of one batch
+        _, loss, stats, _ = trainer.update(trajectories)
+        return loss.item(), stats, {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+
+    plain_loss, plain_stats, plain = update()
+    tokens = plain_stats["scored_tokens"]
+    assert plain_stats["lean_update"] == 0.0 and tokens > 100
+    at_limit_loss, at_limit_stats, at_limit = update(max_graph_tokens=tokens)
+    lean_loss, _, lean = update(backward_per_micro_batch=True)
+    past_loss, past_stats, past = update(max_graph_tokens=tokens - 1)
+    assert at_limit_stats["lean_update"] == 0.0 and past_stats["lean_update"] == 1.0
+    assert (at_limit_loss, past_loss) == (plain_loss, lean_loss)
+    assert plain.keys() == at_limit.keys() == lean.keys() == past.keys()
+    assert max(g.abs().max().item() for g in plain.values()) > 1e-6, "the batch must carry a gradient"
+    for name in plain:
+        assert torch.equal(at_limit[name], plain[name]) and torch.equal(past[name], lean[name]), name
+        torch.testing.assert_close(past[name], plain[name], rtol=1e-4, atol=1e-6, msg=name)  # the same gradient
+    history = _trainer(ref_dir, vstar, iterations=1, profile=dataclasses.replace(
+        P, apo=dataclasses.replace(P.apo, max_graph_tokens=1))).run(progress=False).history
+    assert history["lean_update"].tolist() == [1.0] and history["scored_tokens"].iloc[0] > 100
 
 
 def _fixed_batch(trainer, seed=11):

@@ -75,6 +75,23 @@ def pi_ref_table(results: Path = RESULTS_DIR) -> str | None:
     return _markdown(table)
 
 
+def bench_update_memory_table(results: Path = RESULTS_DIR) -> str | None:
+    """``bench update-memory --save``: one update's peak memory and seconds, the whole batch's backward against one
+    micro-batch's at a time (``APOConfig.max_graph_tokens``), a row per batch size."""
+    path = results / "bench_update_memory.json"
+    if not path.exists():
+        return None
+    r = json.loads(path.read_text())
+    table = pd.DataFrame([{
+        "model": f"{Path(r['model']).name} ({r['parameters'] / 1e6:.1f}M)", "machine": bench_machine(r), "episodes": row["episodes"],
+        "turns": row["turns"], "scored tokens": f"{row['scored_tokens']:,}",
+        "peak MB, whole batch": f"{row['whole_peak_mb_median']:,.0f}",
+        "peak MB, by micro-batch": f"{row['lean_peak_mb_median']:,.0f}", "memory ratio": f"{row['peak_ratio']:.1f}x",
+        "s whole / by micro-batch": f"{row['whole_seconds_median']:.2f} / {row['lean_seconds_median']:.2f}"}
+        for row in r["rows"]])
+    return _markdown(table)
+
+
 def bench_rollout_table(results: Path = RESULTS_DIR) -> str | None:
     path = results / "bench_rollout.json"
     if not path.exists():
@@ -559,7 +576,7 @@ SECTIONS = {"baselines": baselines_table, "bench-env": bench_env_table, "pi-ref"
             "bench-rollout": bench_rollout_table, "trained": trained_table, "ref-spread": ref_spread_table,
             "bench-train": bench_train_table, "compare": compare_table, "pretrained": pretrained_table,
             "ref-sweep": ref_sweep_table, "gpu": gpu_table, "generalization": generalization_table,
-            "gain-intervals": gain_intervals_table}
+            "gain-intervals": gain_intervals_table, "bench-update-memory": bench_update_memory_table}
 
 
 def render_readme(text: str, results: Path = RESULTS_DIR) -> str:

@@ -198,6 +198,19 @@ def anchor_sequences(trajectories: list[Trajectory], tokenizer, profile: Profile
                              greedy_only=True)
 
 
+def scored_tokens(chats: tuple, anchor_chats: tuple | None = None) -> int:
+    """Tokens an update scores with gradients: every position of every trained chat (``trained_sequences``' result),
+    and of the greedy turns' chats when ``greedy_anchor`` scores them too. The memory of one backward through the
+    whole batch grows with this number (``python -m apo_helpers bench update-memory``)."""
+    return sum(len(ids) for ids in chats[0]) + (sum(len(ids) for ids in anchor_chats[0]) if anchor_chats else 0)
+
+
+def lean_update(config: APOConfig, tokens: int) -> bool:
+    """Whether an update of a batch of ``tokens`` scored tokens backpropagates one micro-batch at a time: always under
+    ``backward_per_micro_batch``, and past ``max_graph_tokens`` otherwise."""
+    return config.backward_per_micro_batch or 0 < config.max_graph_tokens < tokens
+
+
 def regression_value(trajectory: Trajectory, vstar: VStarTable, config: APOConfig) -> float:
     """The value the objective subtracts from a trajectory's return: V*(x), or, under
     ``APOConfig.hold_failed_draws``, the return itself for a trajectory with a drawn turn that scored below V*(x)
@@ -459,18 +472,21 @@ class Trainer:
         lr = learning_rate(config, self.state.iteration, self.iterations)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        tokens = scored_tokens(chats, anchor_chats if anchored(config) else None)
+        lean = lean_update(config, tokens)
         first = None
         for epoch in range(max(1, config.update_epochs)):
-            with torch.no_grad() if config.backward_per_micro_batch else contextlib.nullcontext():
+            with torch.no_grad() if lean else contextlib.nullcontext():
                 inputs = objective_inputs(self.model, self.ref_model, trajectories, self.tokenizer, self.vstar,
                                           self.profile, timings=timings if epoch == 0 else None,
                                           value_head=self.value_head, chats=chats, split=split, earlier=first,
                                           anchor_chats=anchor_chats)
             if epoch == 0:
                 update_start = time.perf_counter()
-            loss, stats, grad_norm = self._step(inputs, trajectories, chats, anchor_chats)
+            loss, stats, grad_norm = self._step(inputs, trajectories, chats, anchor_chats, lean)
             if first is None:
                 first, first_loss, first_stats, first_grad_norm = inputs, loss, stats, grad_norm
+        first_stats = {**first_stats, "scored_tokens": tokens, "lean_update": float(lean)}
         if config.update_epochs > 1:
             first_stats = {**first_stats, "loss_last_epoch": float(loss)}
         self.model.eval()
@@ -478,11 +494,13 @@ class Trainer:
             timings["update_seconds"] = time.perf_counter() - update_start
         return first, first_loss, first_stats, first_grad_norm
 
-    def _step(self, inputs, trajectories, chats, anchor_chats=None):
-        """One optimizer step on the objective at ``inputs``: ``(loss averaged over processes, stats, grad norm)``."""
+    def _step(self, inputs, trajectories, chats, anchor_chats=None, lean: bool = False):
+        """One optimizer step on the objective at ``inputs``: ``(loss averaged over processes, stats, grad norm)``.
+        ``lean``: backpropagate one micro-batch at a time (``lean_update``); ``inputs`` were then scored without
+        gradients."""
         config = self.config
         self.optimizer.zero_grad(set_to_none=True)
-        if config.backward_per_micro_batch:
+        if lean:
             inputs, leaves = _as_leaves(inputs)
             loss, stats = self.objective(inputs, config)
             loss.backward()  # d loss / d (token log-probs, entropies, values): cheap, no model graph
