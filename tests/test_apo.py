@@ -8,6 +8,8 @@ import copy
 import dataclasses
 import json
 import math
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -831,6 +833,18 @@ def test_lineage_follows_a_policy_to_the_pi_ref_its_runs_started_from(tmp_path):
     more = 3 * P.reference.demonstrations  # stage 1 skips the goals the origin imitated, not the profile's count
     (origin / "metrics.json").write_text(json.dumps({"demo_goals": more}))
     assert with_reference_goals(P, policy).reference.demonstrations == more
+    # recorded relative to the working directory of the run that wrote it: found from another one, above the policy
+    run = tmp_path / "project" / "runs" / "r1" / "seed_0" / "policy"
+    run.mkdir(parents=True)
+    (tmp_path / "project" / "runs" / "pi_ref").mkdir()
+    (tmp_path / "project" / "runs" / "pi_ref" / "metrics.json").write_text(json.dumps({"demo_goals": more}))
+    (run / LINEAGE_FILE).write_text(json.dumps({"origin": "runs/pi_ref", "rounds": 1, "iterations": 60}))
+    assert lineage(run).origin == tmp_path / "project" / "runs" / "pi_ref"
+    assert with_reference_goals(P, run).reference.demonstrations == more
+    shutil.rmtree(tmp_path / "project" / "runs" / "pi_ref")  # the origin gone: a clear error, not other goals
+    assert lineage(run).origin == Path("runs/pi_ref")
+    with pytest.raises(ValueError, match="lineage.json names the pi_ref its chain started from, runs/pi_ref"):
+        with_reference_goals(P, run)
     for text in ["{oops", "[1]", '{"origin": "x", "rounds": 1}', '{"origin": "x", "rounds": -1, "iterations": 1}',
                  '{"origin": 3, "rounds": 1, "iterations": 1}']:
         (policy / LINEAGE_FILE).write_text(text)

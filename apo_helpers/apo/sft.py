@@ -193,7 +193,13 @@ def with_reference_goals(profile: Profile, directory) -> Profile:
     drew its demonstrations from (``demo_goals`` in its ``metrics.json``), so that stage 1 skips exactly the goals
     this pi_ref imitated (``vstar.stage1_goals``); unchanged for a folder that does not record it. A run's final
     policy used as pi_ref (re-anchored) counts the goals of the pi_ref its chain started from (``lineage``)."""
-    path = lineage(directory).origin / "metrics.json"
+    chain = lineage(directory)
+    path = chain.origin / "metrics.json"
+    if chain.rounds and not chain.origin.is_dir():  # re-anchored: without its origin, stage 1 would draw other goals
+        raise ValueError(f"{Path(directory) / 'lineage.json'} names the pi_ref its chain started from, "
+                         f"{chain.origin}, but that folder is found neither from the working directory nor above "
+                         f"{directory}: its metrics.json says which train goals stage 1 must skip; run from the "
+                         f"folder the chain was trained in, or restore that pi_ref folder")
     if not path.exists():
         return profile
     try:

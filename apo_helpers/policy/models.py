@@ -233,7 +233,20 @@ def lineage(directory) -> Lineage:
         raise ValueError(f"{path} should hold {{'origin': folder, 'rounds': int, 'iterations': int}} ({e!r})") from None
     if not isinstance(origin, str) or type(rounds) is not int or type(iterations) is not int or min(rounds, iterations) < 0:
         raise ValueError(f"{path}: origin should be a folder and rounds, iterations counts, got {recorded!r}")
-    return Lineage(Path(origin), rounds, iterations)
+    return Lineage(_found_origin(Path(origin), Path(directory)), rounds, iterations)
+
+
+def _found_origin(origin: Path, folder: Path) -> Path:
+    """A recorded origin as written (absolute, or relative to the working directory of the run that wrote it), or,
+    where no such folder is seen from here, the same relative path from the nearest folder above ``folder`` that
+    holds it (``runs/<run>/seed_k/policy`` finds ``runs/pi_ref_...`` from any working directory); as written when
+    neither exists."""
+    if origin.is_absolute() or origin.exists():
+        return origin
+    for above in folder.resolve().parents:
+        if (above / origin).exists():
+            return above / origin
+    return origin
 
 
 def lineage_files(ref_dir, iterations: int) -> dict[str, str]:
