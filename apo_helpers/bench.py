@@ -196,8 +196,8 @@ def bench_update_memory(ref: str | None = None, batches: tuple[int, ...] = (32, 
     import torch
 
     from .apo.sft import reference_dir
-    from .apo.trainer import Trainer, anchor_sequences, load_models, scored_tokens, trained_sequences
-    from .apo.vstar import greedy_pages, rollout_sampling, stage1, stage1_goals
+    from .apo.trainer import Trainer, load_models
+    from .apo.vstar import rollout_sampling, stage1, stage1_goals
     from .config import get_profile
     from .policy.models import with_rendering
     from .policy.rollout import rollout
@@ -213,22 +213,22 @@ def bench_update_memory(ref: str | None = None, batches: tuple[int, ...] = (32, 
     seed_everything(seed)
     episodes = rollout(ref_model, tokenizer, goals, rollout_sampling(profile.apo, profile.apo.temperature),
                        profile.policy, profile.policy_env())
+    trainers = {}
+    for mode, lean in (("whole", False), ("lean", True)):
+        apo = dataclasses.replace(profile.apo, backward_per_micro_batch=lean, max_graph_tokens=0)
+        trainers[mode] = Trainer(model, ref_model, tokenizer, vstar, dataclasses.replace(profile, apo=apo), seed=seed)
+        trainers[mode].optimizer.step = lambda: None  # the same weights for every measurement
     rows = []
     for batch in batches:
         trajectories = episodes[:batch]
-        chats = trained_sequences(trajectories, tokenizer, profile.policy.window, profile.apo.logprob_tokens,
-                                  bool(greedy_pages(profile.apo)))
-        row = {"episodes": len(trajectories), "turns": sum(t.num_turns for t in trajectories),
-               "scored_tokens": scored_tokens(chats, anchor_sequences(trajectories, tokenizer, profile))}
-        for mode, lean in (("whole", False), ("lean", True)):
-            apo = dataclasses.replace(profile.apo, backward_per_micro_batch=lean, max_graph_tokens=0)
-            trainer = Trainer(model, ref_model, tokenizer, vstar, dataclasses.replace(profile, apo=apo), seed=seed)
-            trainer.optimizer.step = lambda: None  # the same weights for every measurement
+        row = {"episodes": len(trajectories), "turns": sum(t.num_turns for t in trajectories)}
+        for mode, trainer in trainers.items():
             peaks, seconds = [], []
             for _ in range(repeats):
                 before = _reset_peak_memory()
                 start = time.perf_counter()
-                trainer.update(trajectories)
+                stats = trainer.update(trajectories)[2]
+                row["scored_tokens"] = stats["scored_tokens"]  # the update's own count, the same on both paths
                 seconds.append(time.perf_counter() - start)
                 peaks.append(_peak_memory_mb() - before)
                 model.zero_grad(set_to_none=True)

@@ -83,8 +83,8 @@ def bench_update_memory_table(results: Path = RESULTS_DIR) -> str | None:
         return None
     r = json.loads(path.read_text())
     table = pd.DataFrame([{
-        "model": f"{Path(r['model']).name} ({r['parameters'] / 1e6:.1f}M)", "machine": bench_machine(r), "episodes": row["episodes"],
-        "turns": row["turns"], "scored tokens": f"{row['scored_tokens']:,}",
+        "model": f"{Path(r['model']).name} ({r['parameters'] / 1e6:.1f}M)", "machine": bench_machine(r),
+        "episodes": row["episodes"], "turns": row["turns"], "scored tokens": f"{row['scored_tokens']:,}",
         "peak MB, whole batch": f"{row['whole_peak_mb_median']:,.0f}",
         "peak MB, by micro-batch": f"{row['lean_peak_mb_median']:,.0f}", "memory ratio": f"{row['peak_ratio']:.1f}x",
         "s whole / by micro-batch": f"{row['whole_seconds_median']:.2f} / {row['lean_seconds_median']:.2f}"}
