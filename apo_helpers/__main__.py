@@ -101,6 +101,9 @@ def cmd_train_ref(args) -> int:
     if args.forget_options:  # checks the options but does not select them: a pi_ref of its own too
         profile = replace(profile, reference=replace(profile.reference, demo_forget_options=args.forget_options))
         default_out = default_out.with_name(f"{default_out.name}_forget_options_{args.forget_options:g}")
+    if args.progress_think:  # the same actions, another think: a pi_ref of its own
+        profile = replace(profile, reference=replace(profile.reference, demo_think="progress"))
+        default_out = default_out.with_name(f"{default_out.name}_think_progress")
     if args.show_selected_options:  # pages that say which option value is selected: a pi_ref of its own too
         profile = replace(profile, policy=replace(profile.policy, show_selected_options=True))
         default_out = default_out.with_name(f"{default_out.name}_selected")
@@ -126,6 +129,7 @@ def cmd_train_ref(args) -> int:
     metrics = {"profile": profile.name, "demonstrations": len(ref.demonstrations),
                "demo_goals": profile.reference.demonstrations if args.demonstrations is None else args.demonstrations,
                "demo_skip_options": cfg.demo_skip_options, "demo_forget_options": cfg.demo_forget_options,
+               "demo_think": cfg.demo_think,
                "show_selected_options": profile.policy.show_selected_options,
                "model": profile.model.name,  # the tiny Llama's size only: a named model keeps its own
                "model_size": ({name: getattr(profile.model, name) for name in MODEL_SIZE_FIELDS}
@@ -732,6 +736,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a sloppy demonstrator of another kind: the share of demonstrations that choose an item "
                         "offering the options but buy without selecting them (default 0); saved to "
                         "runs/pi_ref_<profile>_forget_options_<share> unless --out is given")
+    p.add_argument("--progress-think", action="store_true",
+                   help="the demonstrator's think says where it is in the instruction after each option click "
+                        "(ReferenceConfig.demo_think='progress'); saved to runs/pi_ref_<profile>[...]_think_progress "
+                        "unless --out is given")
     p.add_argument("--model", nargs="*", default=[], metavar="NAME=VALUE",
                    help="resize the tiny Llama (hidden_size, intermediate_size, num_layers, num_heads); saved to "
                         "runs/pi_ref_<profile>[...]_<name>_<value> unless --out is given; later steps read the size "

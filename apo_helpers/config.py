@@ -132,6 +132,11 @@ class ReferenceConfig:
     """Share of demonstrations in which the expert chooses the item as carefully as the full expert (it offers the
     asked options) but buys without selecting them (``ExpertAgent(forget_options=...)``): only the option clicks are
     missing, so RL's job is to add them (notebook 04). Drawn among the episodes ``demo_skip_options`` leaves."""
+    demo_think: str = "short"
+    """How the demonstrating expert writes its think (``ExpertAgent(think=...)``): ``short``, a few words (``the
+    instruction asks for navy``), or ``progress``, which after an option click names the instruction's words that
+    follow it (``after navy: size large``), so that whether another option is asked for is read off the instruction
+    instead of counted (notebook 04). The actions are the same."""
     pretrain_steps: int = 300
     """Next-token steps on all tokens of rendered episodes (the miniature of LLM pretraining)."""
     sft_steps: int = 1200

@@ -6,7 +6,8 @@ import pytest
 
 from apo_helpers.analysis.evaluate import evaluate, run_episode
 from apo_helpers.webshop.agents import (AGENTS, ExpertAgent, OracleAgent, RandomAgent, RuleAgent, instruction_of,
-                                        make_agent, parse_budget, parse_results, parse_wanted_options, search_keywords)
+                                        make_agent, parse_budget, parse_results, parse_wanted_options, search_keywords,
+                                        words_after)
 from apo_helpers.webshop.env import SEARCH_PLACEHOLDER, WebShopEnv
 from apo_helpers.webshop.reward import webshop_reward
 from apo_helpers.webshop.text import content_words, normalize
@@ -260,3 +261,36 @@ def test_explorable_actions_leave_out_the_info_pages():
                  "click[reviews]", "click[large]", "click[buy now]"]
     assert explorable_actions(available) == ["click[back to search]", "click[< prev]", "click[large]",
                                              "click[buy now]"]
+
+
+def test_progress_think_takes_the_same_actions_and_names_what_follows_each_selected_value(test_env):
+    """think="progress" changes the words, never the actions: after an option click the think names the
+    instruction's words that follow that value, the next option's phrase before the next click and the budget's
+    before buying; the first click and sloppy episodes keep the short think."""
+    from apo_helpers.apo.sft import expert_demonstration
+
+    short, progress = ExpertAgent(seed=1, skip_options=0.5), ExpertAgent(seed=1, skip_options=0.5, think="progress")
+    read_on = 0
+    for goal in test_env.goals[:60]:
+        plain, told = expert_demonstration(test_env, short, goal), expert_demonstration(test_env, progress, goal)
+        assert [t.action for t in plain.turns] == [t.action for t in told.turns]
+        clicked = []
+        for turn, before in zip(told.turns, plain.turns):
+            value = turn.action[len("click["):-1]
+            if value in parse_wanted_options(goal.instruction):
+                expected = f"after {clicked[-1]}: " if clicked else "the instruction asks for "
+                assert turn.think.startswith(expected) and turn.think.endswith(value), (turn.think, goal.instruction)
+                clicked.append(value)
+            elif turn.action == "click[buy now]" and clicked:
+                assert turn.think.startswith(f"after {clicked[-1]}: ") and turn.think.endswith("dollars, buy it")
+                read_on += 1
+            if turn.action != "click[buy now]" and not clicked:
+                assert turn.think == before.think
+    assert read_on >= 5
+    assert words_after("i need a pot, in black, size 4 inch; my budget is 60.00 dollars", "black") == "size 4 inch"
+    assert words_after("i need a pot, in black, size 4 inch; my budget is 60.00 dollars", "4 inch") == \
+        "my budget is 60.00 dollars"
+    with pytest.raises(ValueError, match="does not ask for 'red'"):
+        words_after("i need a pot, in black, and price lower than 9.00 dollars", "red")
+    with pytest.raises(ValueError, match="think must be one of"):
+        ExpertAgent(think="long")

@@ -92,25 +92,36 @@ def test_forgetful_demonstrations_keep_the_item_choice_and_drop_only_the_option_
     assert all(d.success == (not d.goal.options) for d in forgetful.values())
 
 
+def test_progress_think_demonstrations_keep_the_actions_and_change_the_thinks_after_option_clicks():
+    """demo_think="progress": the same goals and actions as the short think; only the thinks after an option click
+    differ, and they say where in the instruction the expert is."""
+    told_profile = dataclasses.replace(P, reference=dataclasses.replace(P.reference, demo_think="progress"))
+    told, short = expert_demonstrations(told_profile, 30), expert_demonstrations(P, 30)
+    assert [[t.action for t in d.turns] for d in told] == [[t.action for t in d.turns] for d in short]
+    changed = [(a.think, b.think) for d, e in zip(told, short) for a, b in zip(d.turns, e.turns) if a.think != b.think]
+    assert changed and all(new.startswith("after ") for new, _ in changed)
+
+
 def test_cli_train_ref_skip_options_reaches_the_demonstrations(tmp_path, monkeypatch):
     """``train-ref --skip-options`` trains on the sloppy demonstrator's episodes, in a folder of its own unless
     ``--out`` names one (the profile's pi_ref otherwise)."""
     from apo_helpers import __main__ as cli
     from apo_helpers.apo import sft
 
-    seen, forgotten, seeds = [], [], []
+    seen, forgotten, seeds, thinks = [], [], [], []
 
     def stop(profile, out_dir, *args, **kwargs):
         seen.append((profile.reference.demo_skip_options, profile.policy.show_selected_options, str(out_dir)))
         forgotten.append(profile.reference.demo_forget_options)
         seeds.append(kwargs.get("init_seed"))
+        thinks.append(profile.reference.demo_think)
         raise KeyboardInterrupt  # the demonstrations' setting, the rendering and the folder are all this test needs
 
     monkeypatch.setattr(sft, "train_reference", stop)
     for argv in (["--skip-options", "0.5", "--out", str(tmp_path)], [], ["--skip-options", "0.25"],
                  ["--skip-options", "0.5", "--show-selected-options"], ["--demonstrations", "40"],
                 ["--demonstrations", str(P.reference.demonstrations)], ["--forget-options", "0.5"],
-                ["--skip-options", "0.5", "--seed", "2"]):
+                ["--skip-options", "0.5", "--seed", "2"], ["--skip-options", "0.5", "--progress-think"]):
         with pytest.raises(KeyboardInterrupt):
             cli.main(["train-ref", "--profile", "ci", *argv])
     default = str(sft.reference_dir(P))
@@ -119,9 +130,11 @@ def test_cli_train_ref_skip_options_reaches_the_demonstrations(tmp_path, monkeyp
                     (P.reference.demo_skip_options, False, default + "_demos_40"),
                     (P.reference.demo_skip_options, False, default),  # the profile's count: the profile's pi_ref
                     (P.reference.demo_skip_options, False, default + "_forget_options_0.5"),
-                    (0.5, False, default + "_skip_options_0.5_seed_2")]  # the same data, another pi_ref
-    assert forgotten == [P.reference.demo_forget_options] * 6 + [0.5, P.reference.demo_forget_options]
-    assert seeds == [None] * 7 + [2]
+                    (0.5, False, default + "_skip_options_0.5_seed_2"),  # the same data, another pi_ref
+                    (0.5, False, default + "_skip_options_0.5_think_progress")]  # the same actions, other thinks
+    assert forgotten == [P.reference.demo_forget_options] * 6 + [0.5] + [P.reference.demo_forget_options] * 2
+    assert seeds == [None] * 7 + [2, None]
+    assert thinks == ["short"] * 8 + ["progress"]
 
 
 # ---------------------------------------------------------------------------------------------- schedule

@@ -158,6 +158,9 @@ def _pi_ref_groups(results: Path) -> tuple[dict, dict, dict, dict]:
         marked = df["show_selected_options"].dropna() if "show_selected_options" in df else pd.Series(dtype=bool)
         if len(marked) and bool(marked.iloc[0]):  # another pi_ref: pages that say which option is selected
             demos += "; pages show the selection"
+        thinks = df["demo_think"].dropna() if "demo_think" in df else pd.Series(dtype=str)
+        if len(thinks) and thinks.iloc[0] != "short":  # another pi_ref: the same actions, thinks that read on
+            demos += f"; {thinks.iloc[0]} thinks"
         count = df["ref_demonstrations"].dropna() if "ref_demonstrations" in df else pd.Series(dtype=float)
         if len(count):  # another pi_ref: fewer (or more) demonstrations; tables written before do not record it
             demos += f"; {int(count.iloc[0])} demonstrations"

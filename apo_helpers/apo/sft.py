@@ -61,7 +61,7 @@ def expert_demonstrations(profile: Profile, count: int, catalog: Catalog | None 
     random.Random(seed).shuffle(goals)
     env = WebShopEnv(split="train", catalog=catalog, config=profile.policy_env())
     agent = ExpertAgent(seed=seed, query=profile.reference.demo_query, skip_options=profile.reference.demo_skip_options,
-                        forget_options=profile.reference.demo_forget_options)
+                        forget_options=profile.reference.demo_forget_options, think=profile.reference.demo_think)
     kept = []
     for goal in goals[:count]:
         demo = expert_demonstration(env, agent, goal)

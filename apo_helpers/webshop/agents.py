@@ -14,6 +14,11 @@
   ``ExpertAgent(forget_options=p)`` is sloppy in a narrower way: in a share p of its episodes it chooses the item
   as carefully as the full expert (one that offers the asked options, else back to the next candidate) but buys
   without selecting them. Only the option clicks are missing from its demonstrations, not the item choice.
+  ``ExpertAgent(think="progress")`` gives the same actions with a think that says where in the instruction it is
+  after each option click: ``after navy: size large`` (the instruction's words that follow the value just selected)
+  before the next click, ``after large: and price lower than 40.00 dollars, buy it`` before buying. Whether another
+  option is asked for is then a lookup a small transformer can copy (find the value just clicked in the instruction,
+  read on), where the ``short`` think leaves it to count the values clicked against those asked (notebook 04).
 - ``oracle``: knows the target product (``info["goal"]``): searches its title, pages to it, selects the goal's
   options and buys. It shows the environment is solvable (100% success).
 
@@ -30,6 +35,8 @@ from .text import content_words, normalize
 
 ASIN_RE = re.compile(r"^B0[A-Z0-9]{8}$")
 _PRICE_RE = re.compile(r"(\d+(?:\.\d+)?) dollars")
+THINKS = ("short", "progress")
+"""The expert's ways of writing its think: ``short`` (a few words) or ``progress`` (where it is in the instruction)."""
 _OPTION_RE = re.compile(r", (?:in (?P<color>[^,;]+)|size (?P<size>[^,;]+)|(?P<name>[a-z ]+): (?P<value>[^,;]+))")
 
 
@@ -53,6 +60,15 @@ def parse_budget(instruction: str) -> float:
 def parse_wanted_options(instruction: str) -> list[str]:
     """Option values the instruction asks for (``in navy``, ``size large``, ``flavor: vanilla``)."""
     return [normalize(m.group("color") or m.group("size") or m.group("value")) for m in _OPTION_RE.finditer(instruction)]
+
+
+def words_after(instruction: str, value: str) -> str:
+    """The instruction's words after the option phrase of ``value``, up to the next comma or semicolon: the next
+    option's phrase (``size large``) or the budget's (``and price lower than 40.00 dollars``)."""
+    for match in _OPTION_RE.finditer(instruction):
+        if normalize(match.group("color") or match.group("size") or match.group("value")) == value:
+            return re.split(r"[,;]", instruction[match.end():].lstrip(",; "), maxsplit=1)[0].strip()
+    raise ValueError(f"the instruction does not ask for {value!r}: {instruction!r}")
 
 
 def search_keywords(instruction: str) -> str:
@@ -107,15 +123,17 @@ class ExpertAgent(Agent):
     name = "expert"
 
     def __init__(self, seed: int = 0, max_pages: int = 3, query: str = "keywords", skip_options: float = 0.0,
-                 forget_options: float = 0.0):
+                 forget_options: float = 0.0, think: str = "short"):
         if query not in ("keywords", "instruction"):
             raise ValueError(f"query must be 'keywords' or 'instruction', got {query!r}")
+        if think not in THINKS:
+            raise ValueError(f"think must be one of {THINKS}, got {think!r}")
         if not 0.0 <= skip_options <= 1.0:
             raise ValueError(f"skip_options is the share of episodes that ignore options, in [0, 1], got {skip_options}")
         if not 0.0 <= forget_options <= 1.0:
             raise ValueError(f"forget_options is the share of episodes that do not select the options, in [0, 1], "
                              f"got {forget_options}")
-        self.max_pages, self.query = max_pages, query
+        self.max_pages, self.query, self.think = max_pages, query, think
         self.skip_options, self.forget_options = skip_options, forget_options
         self._rng = random.Random(seed)
         self.skipping = False
@@ -190,12 +208,17 @@ class ExpertAgent(Agent):
             self.rejected.add(self.opened)
             self.reason = f"{missing[0]} is not offered, go back" if missing else "too expensive, go back"
             return "click[< prev]"
+        done = [] if self.forgetting else [v for v in wanted if v in self.selected]
         for value in [] if self.forgetting else wanted:
             if value not in self.selected:
                 self.selected.add(value)
-                self.reason = f"the instruction asks for {value}"
+                self.reason = (f"after {done[-1]}: {words_after(instruction, done[-1])}"
+                               if self.think == "progress" and done else f"the instruction asks for {value}")
                 return f"click[{value}]"
-        self.reason = "price ok, buy it" if self.sloppy else "options set and price ok, buy it"
+        if self.think == "progress" and done:
+            self.reason = f"after {done[-1]}: {words_after(instruction, done[-1])}, buy it"
+        else:
+            self.reason = "price ok, buy it" if self.sloppy else "options set and price ok, buy it"
         return "click[buy now]"
 
 
