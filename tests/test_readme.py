@@ -91,6 +91,18 @@ def test_trained_table_keeps_each_pi_ref_with_its_runs(tmp_path):
     assert len(lines) == 17 and any(line.startswith(
         "| pi_ref (start) | options ignored in 50%; 595 demonstrations; hidden 256, 4 layers, 3.9M parameters; "
         "400 imitation steps | - | 19.5% |") for line in lines)
+    # a demonstrator whose thinks read on in the instruction (train-ref --progress-think): its own group and label;
+    # tables that record the short think say nothing more
+    _seeds(tmp_path / "apo_think_class_seeds.csv", "apo", [0.50], ref_success=0.44, demo_skip_options=0.5,
+           ref_demonstrations=1192, demo_think="progress")
+    _seeds(tmp_path / "apo_nothink_class_seeds.csv", "apo", [0.33], ref_success=0.32, demo_skip_options=0.5,
+           ref_demonstrations=1192, demo_think="short")
+    lines = trained_table(tmp_path).splitlines()
+    assert len(lines) == 21
+    assert any(line.startswith("| pi_ref (start) | options ignored in 50%; progress thinks; 1192 demonstrations | - | "
+                               "44.0% |") for line in lines)
+    assert any(line.startswith("| pi_ref (start) | options ignored in 50%; 1192 demonstrations | - | 32.0% |")
+               for line in lines)
 
 
 def test_trained_table_groups_tables_of_one_pi_ref_folder(tmp_path):
