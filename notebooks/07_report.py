@@ -660,6 +660,7 @@ if not gains.empty:
     d1200, d1200_seed1, d1200_seed2, d1200_seed3, d1200_seed4 = (
         f"apo_sloppy_h192_d1200{seed}_gsvk600_b003" for seed in ("", "_seed1", "_seed2", "_seed3", "_seed4"))
     l6_seed3, l6_seed4 = (name.replace("h192", "h192_l6") for name in (d1200_seed3, d1200_seed4))  # six layers
+    think_seed3, think_seed4 = (name.replace("_seed", "_think_seed") for name in (d1200_seed3, d1200_seed4))
     pairs = [(f"{held}_r3", held), (f"{held}_r3", f"{held}_r4"), (f"{held}_r3_soup", f"{held}_r3"),
              (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3"),
              (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3"),
@@ -713,7 +714,8 @@ if not gains.empty:
              (f"{d1200_seed4}_po03h", d1200_seed4), (f"{d1200_seed2}_po03h", d1200_seed2),
              (f"{d1200_seed3}_po03h", d1200_seed3),
              (l6_seed4, d1200_seed4), (l6_seed3, d1200_seed3), (f"{l6_seed3}_r2", l6_seed3),
-             (f"{l6_seed3}_r2", f"{d1200_seed3}_r2"), (f"{l6_seed4}_r2", l6_seed4), (f"{l6_seed4}_r2", f"{d1200_seed4}_r2")]
+             (f"{l6_seed3}_r2", f"{d1200_seed3}_r2"), (f"{l6_seed4}_r2", l6_seed4), (f"{l6_seed4}_r2", f"{d1200_seed4}_r2"),
+             (think_seed3, d1200_seed3), (think_seed4, d1200_seed4), (think_seed3, l6_seed3), (think_seed4, l6_seed4)]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
