@@ -35,9 +35,9 @@ from .text import content_words, normalize
 
 ASIN_RE = re.compile(r"^B0[A-Z0-9]{8}$")
 _PRICE_RE = re.compile(r"(\d+(?:\.\d+)?) dollars")
+_OPTION_RE = re.compile(r", (?:in (?P<color>[^,;]+)|size (?P<size>[^,;]+)|(?P<name>[a-z ]+): (?P<value>[^,;]+))")
 THINKS = ("short", "progress")
 """The expert's ways of writing its think: ``short`` (a few words) or ``progress`` (where it is in the instruction)."""
-_OPTION_RE = re.compile(r", (?:in (?P<color>[^,;]+)|size (?P<size>[^,;]+)|(?P<name>[a-z ]+): (?P<value>[^,;]+))")
 
 
 def instruction_of(observation: str) -> str:
@@ -59,14 +59,19 @@ def parse_budget(instruction: str) -> float:
 
 def parse_wanted_options(instruction: str) -> list[str]:
     """Option values the instruction asks for (``in navy``, ``size large``, ``flavor: vanilla``)."""
-    return [normalize(m.group("color") or m.group("size") or m.group("value")) for m in _OPTION_RE.finditer(instruction)]
+    return [_option_value(m) for m in _OPTION_RE.finditer(instruction)]
+
+
+def _option_value(match: re.Match) -> str:
+    """The value of one ``_OPTION_RE`` match, normalized as buttons are."""
+    return normalize(match.group("color") or match.group("size") or match.group("value"))
 
 
 def words_after(instruction: str, value: str) -> str:
     """The instruction's words after the option phrase of ``value``, up to the next comma or semicolon: the next
     option's phrase (``size large``) or the budget's (``and price lower than 40.00 dollars``)."""
     for match in _OPTION_RE.finditer(instruction):
-        if normalize(match.group("color") or match.group("size") or match.group("value")) == value:
+        if _option_value(match) == value:
             return re.split(r"[,;]", instruction[match.end():].lstrip(",; "), maxsplit=1)[0].strip()
     raise ValueError(f"the instruction does not ask for {value!r}: {instruction!r}")
 
@@ -208,15 +213,16 @@ class ExpertAgent(Agent):
             self.rejected.add(self.opened)
             self.reason = f"{missing[0]} is not offered, go back" if missing else "too expensive, go back"
             return "click[< prev]"
-        done = [] if self.forgetting else [v for v in wanted if v in self.selected]
-        for value in [] if self.forgetting else wanted:
+        to_select = [] if self.forgetting else wanted
+        done = [v for v in to_select if v in self.selected]
+        read_on = f"after {done[-1]}: {words_after(instruction, done[-1])}" if self.think == "progress" and done else ""
+        for value in to_select:
             if value not in self.selected:
                 self.selected.add(value)
-                self.reason = (f"after {done[-1]}: {words_after(instruction, done[-1])}"
-                               if self.think == "progress" and done else f"the instruction asks for {value}")
+                self.reason = read_on or f"the instruction asks for {value}"
                 return f"click[{value}]"
-        if self.think == "progress" and done:
-            self.reason = f"after {done[-1]}: {words_after(instruction, done[-1])}, buy it"
+        if read_on:
+            self.reason = f"{read_on}, buy it"
         else:
             self.reason = "price ok, buy it" if self.sloppy else "options set and price ok, buy it"
         return "click[buy now]"
