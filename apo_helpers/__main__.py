@@ -10,7 +10,7 @@ import sys
 
 from pathlib import Path
 
-from .config import DATA_DIR, RESULTS_DIR, device, get_profile, numerics, seed_everything, with_overrides
+from .config import DATA_DIR, RESULTS_DIR, TARGET_GAIN, device, get_profile, numerics, seed_everything, with_overrides
 from .files import atomic_write_text
 
 
@@ -446,7 +446,7 @@ def cmd_outcomes(args) -> int:
                for name, path in singles.items()]
     table = pd.concat(tables, ignore_index=True)
     pairs = [(run_label(run, profile), ref) for run, ref in refs.items()]
-    gains = gain_table(table, pairs, args.split, target=0.10) if pairs else pd.DataFrame()
+    gains = gain_table(table, pairs, args.split, target=TARGET_GAIN) if pairs else pd.DataFrame()
     if args.json:
         print(json.dumps({"gains": gains.to_dict("records")}))
     else:

@@ -28,6 +28,9 @@ FIGURES_DIR = PROJECT_ROOT / "figures"
 RESULTS_DIR = DATA_DIR / "results"
 RUNS_DIR = PROJECT_ROOT / "runs"
 """Models and logs that notebooks save for later notebooks (not committed; rebuilt when missing)."""
+TARGET_GAIN = 0.10
+"""The bar A*PO is held to (notebook 04): greedy test success at least this far above pi_ref's, the gain larger than
+the spread over seeds. The README's "Did A*PO reach +10 points" and notebook 07 section 3 measure runs against it."""
 
 
 @dataclass(frozen=True)

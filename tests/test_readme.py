@@ -156,9 +156,10 @@ def test_ref_spread_table_sets_the_gain_per_pi_ref_beside_the_seeds_spread(tmp_p
     assert cells[6:9] == ["27.5%, 27.0%, 30.0%", "35.0%, 29.0%, 33.0%", "+7.5, +2.0, +3.0"]
     assert cells[9] == "+4.2 ± 2.4"  # gains 7.5, 2.0, 3.0: mean 4.17, population std 2.39
     assert cells[10] == "0.7"        # the seeds' spreads 1.0, 1.0 and 0.0
+    assert cells[11] == "0 of 3"     # no pi_ref gains +10 points
     # starts 27.5, 27.0, 30.0 against gains 7.5, 2.0, 3.0: covariance -1.833 over sqrt(5.167 * 17.167) = -0.195
-    assert cells[11] == "-0.19"
-    assert cells[12] == "apo_a, apo_b, apo_c"
+    assert cells[12] == "-0.19"
+    assert cells[13] == "apo_a, apo_b, apo_c"
     # gains that cancel (float noise below zero) print as +0.0, not -0.0
     other = dict(recipe, apo_overrides="temperature=1.6")
     _seeds(tmp_path / "apo_g_class_seeds.csv", "apo", [0.31, 0.32, 0.31], ref_success=0.32, ref="pi_ref_sloppy_seed_1",
@@ -166,7 +167,20 @@ def test_ref_spread_table_sets_the_gain_per_pi_ref_beside_the_seeds_spread(tmp_p
     _seeds(tmp_path / "apo_h_class_seeds.csv", "apo", [0.265, 0.26, 0.275], ref_success=0.26,
            ref="pi_ref_sloppy_seed_2", ref_score=0.65, **other)
     row = next(line for line in ref_spread_table(tmp_path).splitlines() if "temperature=1.6" in line)
-    assert "| -0.7, +0.7 | +0.0 ± 0.7 | 0.5 | - |" in row  # two pi_refs: no correlation
+    assert "| -0.7, +0.7 | +0.0 ± 0.7 | 0.5 | 0 of 2 | - |" in row  # two pi_refs: no correlation
+
+
+def test_ref_spread_counts_a_pi_ref_at_the_target_only_when_its_gain_outgrows_its_seeds_spread(tmp_path):
+    from apo_helpers.analysis.readme import ref_spread
+
+    recipe = dict(demo_skip_options=0.5, ref_demonstrations=1192, apo_overrides="beta2=0.003")
+    # +10 exactly with seeds that agree: met; +12 whose seeds spread 15 points apart: not met; +9: not met
+    _seeds(tmp_path / "apo_a_class_seeds.csv", "apo", [0.40, 0.40], ref_success=0.30, ref="pi_ref_a", **recipe)
+    _seeds(tmp_path / "apo_b_class_seeds.csv", "apo", [0.27, 0.57], ref_success=0.30, ref="pi_ref_b", **recipe)
+    _seeds(tmp_path / "apo_c_class_seeds.csv", "apo", [0.39, 0.39], ref_success=0.30, ref="pi_ref_c", **recipe)
+    row = ref_spread(tmp_path).iloc[0]
+    assert [round(g, 3) for g in row["gains"]] == [0.10, 0.12, 0.09]
+    assert row["refs_at_target"] == 1
 
 
 def test_starts_and_ends_gives_every_run_its_first_pi_ref_and_seeds(tmp_path):

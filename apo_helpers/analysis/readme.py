@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import PROJECT_ROOT, RESULTS_DIR, get_profile
+from ..config import PROJECT_ROOT, RESULTS_DIR, TARGET_GAIN, get_profile
 
 README = PROJECT_ROOT / "README.md"
 EXPERIMENTS = PROJECT_ROOT / "docs" / "experiments.md"
@@ -240,8 +240,9 @@ def ref_spread(results: Path = RESULTS_DIR) -> pd.DataFrame:
     weights: retrained in place or with ``train-ref --seed``): the runs of one objective with the same ``--set``
     changes and iterations, from two pi_refs or more. One row per such recipe: per pi_ref (lists, in the tables'
     order) its test success, its seeds' mean, their count and the gain; the gains' mean and spread over pi_refs
-    (population std) beside the mean spread over seeds, and from three pi_refs on the correlation of pi_ref's test
-    success with the gain (negative where the runs end closer together than their pi_refs start: a weaker pi_ref
+    (population std) beside the mean spread over seeds, how many pi_refs meet the bar on their own
+    (``refs_at_target``: a gain of ``TARGET_GAIN`` or more, larger than that pi_ref's seeds' spread), and from three
+    pi_refs on the correlation of pi_ref's test success with the gain (negative where the runs end closer together than their pi_refs start: a weaker pi_ref
     gains more, toward one level). A gain is the method's only where it outlasts a retrained pi_ref (the README;
     notebook 04 section 8 tells why; notebook 07 section 2 reads the correlation)."""
     groups, _, descriptions, stems = _pi_ref_groups(results)
@@ -260,11 +261,13 @@ def ref_spread(results: Path = RESULTS_DIR) -> pd.DataFrame:
         means = [sum(v["runs"]) / len(v["runs"]) for v in refs]
         # rounded past float noise (and -0.0 made 0.0): gains that cancel print as +0.0, not -0.0
         gains = pd.Series([round(m - s, 9) + 0.0 for m, s in zip(means, starts)])
+        seed_spreads = [pd.Series(v["runs"]).std(ddof=0) for v in refs]
         rows.append({"demonstrations": base, "policy": objective, "changes": changes, "iterations": iterations,
                      "pi_refs": len(refs), "seeds": [len(v["runs"]) for v in refs], "starts": starts,
                      "means": means, "gains": gains.tolist(), "gain_mean": round(gains.mean(), 9) + 0.0,
                      "gain_std": gains.std(ddof=0),
-                     "seed_spread": pd.Series([pd.Series(v["runs"]).std(ddof=0) for v in refs]).mean(),
+                     "seed_spread": pd.Series(seed_spreads).mean(),
+                     "refs_at_target": sum(g >= TARGET_GAIN - 1e-9 and g > s for g, s in zip(gains, seed_spreads)),
                      "start_gain_corr": (pd.Series(starts).corr(gains) if len(refs) >= MIN_REFS_FOR_CORRELATION
                                          else float("nan")),
                      "tables": [t for v in refs for t in v["tables"]]})
@@ -333,6 +336,8 @@ def ref_spread_table(results: Path = RESULTS_DIR) -> str | None:
         "gain (mean ± std over pi_refs)": [f"{m * 100:+.1f} ± {s * 100:.1f}"
                                            for m, s in zip(spread["gain_mean"], spread["gain_std"])],
         "spread over seeds (mean std)": [f"{v * 100:.1f}" for v in spread["seed_spread"]],
+        f"pi_refs at +{TARGET_GAIN * 100:.0f} (gain above its seeds' std)": [
+            f"{n} of {total}" for n, total in zip(spread["refs_at_target"], spread["pi_refs"])],
         "pi_ref success vs gain (correlation)": ["-" if pd.isna(c) else f"{c:+.2f}" for c in spread["start_gain_corr"]],
         "tables": [", ".join(v) for v in spread["tables"]]})
     return _markdown(table)

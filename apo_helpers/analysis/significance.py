@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..config import RESULTS_DIR, RUNS_DIR, Profile, device, get_profile, with_overrides
+from ..config import RESULTS_DIR, RUNS_DIR, TARGET_GAIN, Profile, device, get_profile, with_overrides
 from ..policy.models import load_policy, with_rendering
 from .evaluate import policy_goals
 from .generalization import greedy_results, run_seeds
@@ -215,7 +215,7 @@ def _evaluated_goals(row, profile_name: str) -> int:
 
 
 def gains_over_first_reference(outcomes: pd.DataFrame, results=RESULTS_DIR, profile_name: str = "class",
-                               samples: int = 10_000, target: float | None = 0.10, seed: int = 0,
+                               samples: int = 10_000, target: float | None = TARGET_GAIN, seed: int = 0,
                                split: str = "test") -> pd.DataFrame:
     """``gain_interval`` on ``split`` of every policy in ``outcomes`` whose chain's first pi_ref (``first_reference``)
     was played too, against that pi_ref, with both success rates and the goals gained and lost (``gained_and_lost``);
