@@ -638,20 +638,23 @@ gains.round(3)
 # π_ref (`explore_options=0.3 hold_failed_draws=True`) add to β₂ = 0.003, or to the held β₂ = 0.03? And are
 # rollouts sampled at temperature 0.7 better to learn from than at 1.0, at β₂ = 0.003? And does β₂ = 0.003 from a
 # π_ref imitated for a third of the first π_ref's steps (400 instead of 1,200) end where it ends from the first? And
-# from a π_ref imitated from twice the demonstrations (1,200 goals), where does it end against the first π_ref's
-# run, and does re-anchoring it once add? And from a second π_ref of that command (`--seed 1`), where do its
-# rounds end against the first π_ref's, does re-anchoring add there, once and a second time, and where does it end
-# against the first 2.3M π_ref's chain re-anchored twice? And from a third π_ref of that command (`--seed 2`), where
-# do its two rounds end against the first π_ref's? And from a fourth (`--seed 3`), where does its first round end
-# against the first and third π_refs' first rounds, and does re-anchoring it once add? And from a fifth (`--seed 4`),
-# where does its first round end against the second's, which started 3 points higher, and the fourth's, and does
-# re-anchoring it once add? And does a first round whose rollouts end an episode at a repeated action (`stop_repeats`)
-# or price each repeat (`repeat_penalty=0.1`) end above the held first round, from the third π_ref, whose seeds lost
-# goals to such loops, and from the others it ran from? Does drawing the option values as the policy reads them
-# (`option_draw=policy`) end above the held first round from the third, fourth and fifth π_refs? And where does a
-# π_ref of six layers on the fourth's and fifth's commands end against their 4-layer siblings, and re-anchored once,
-# against its own first round and against the 4-layer siblings re-anchored once? Each difference is given on val too
-# where both sides were played there (the `(val)` columns): the same question asked of 200 other unseen goals.
+# from a π_ref imitated from twice the demonstrations (1,200 goals), where does it end against the first π_ref's run,
+# and does re-anchoring it once add? And from a second π_ref of that command (`--seed 1`), where do its rounds end
+# against the first π_ref's, does re-anchoring add there, once and a second time, and where does it end against the
+# first 2.3M π_ref's chain re-anchored twice? And from a third π_ref of that command (`--seed 2`), where do its two
+# rounds end against the first π_ref's? And from a fourth (`--seed 3`), where does its first round end against the first
+# and third π_refs' first rounds, and does re-anchoring it once add? And from a fifth (`--seed 4`), where does its first
+# round end against the second's, which started 3 points higher, and the fourth's, and does re-anchoring it once add?
+# And does a first round whose rollouts end an episode at a repeated action (`stop_repeats`) or price each repeat
+# (`repeat_penalty=0.1`) end above the held first round, from the third π_ref, whose seeds lost goals to such loops, and
+# from the others it ran from? Does drawing the option values as the policy reads them (`option_draw=policy`) end above
+# the held first round from the third, fourth and fifth π_refs? And where does a π_ref of six layers on the fourth's and
+# fifth's commands end against their 4-layer siblings, and re-anchored once, against its own first round and against the
+# 4-layer siblings re-anchored once? And from the fourth's and fifth's commands with demonstrations whose think reads on
+# in the instruction (`--progress-think`), where does the held first round end against the short-think and six-layer
+# first rounds, and re-anchored once, against its own first round and against the short-think chains re-anchored once?
+# Each difference is given on val too where both sides were played there (the `(val)` columns): the same question asked
+# of 200 other unseen goals.
 
 # %%
 if not gains.empty:
@@ -715,7 +718,9 @@ if not gains.empty:
              (f"{d1200_seed3}_po03h", d1200_seed3),
              (l6_seed4, d1200_seed4), (l6_seed3, d1200_seed3), (f"{l6_seed3}_r2", l6_seed3),
              (f"{l6_seed3}_r2", f"{d1200_seed3}_r2"), (f"{l6_seed4}_r2", l6_seed4), (f"{l6_seed4}_r2", f"{d1200_seed4}_r2"),
-             (think_seed3, d1200_seed3), (think_seed4, d1200_seed4), (think_seed3, l6_seed3), (think_seed4, l6_seed4)]
+             (think_seed3, d1200_seed3), (think_seed4, d1200_seed4), (think_seed3, l6_seed3), (think_seed4, l6_seed4),
+             (f"{think_seed3}_r2", think_seed3), (f"{think_seed4}_r2", think_seed4),
+             (f"{think_seed3}_r2", f"{d1200_seed3}_r2"), (f"{think_seed4}_r2", f"{d1200_seed4}_r2")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
