@@ -242,9 +242,10 @@ def ref_spread(results: Path = RESULTS_DIR) -> pd.DataFrame:
     order) its test success, its seeds' mean, their count and the gain; the gains' mean and spread over pi_refs
     (population std) beside the mean spread over seeds, how many pi_refs meet the bar on their own
     (``refs_at_target``: a gain of ``TARGET_GAIN`` or more, larger than that pi_ref's seeds' spread), and from three
-    pi_refs on the correlation of pi_ref's test success with the gain (negative where the runs end closer together than their pi_refs start: a weaker pi_ref
-    gains more, toward one level). A gain is the method's only where it outlasts a retrained pi_ref (the README;
-    notebook 04 section 8 tells why; notebook 07 section 2 reads the correlation)."""
+    pi_refs on the correlation of pi_ref's test success with the gain (negative where the runs end closer together
+    than their pi_refs start: a weaker pi_ref gains more, toward one level). A gain is the method's only where it
+    outlasts a retrained pi_ref (the README; notebook 04 section 8 tells why; notebook 07 section 2 reads the
+    correlation)."""
     groups, _, descriptions, stems = _pi_ref_groups(results)
     recipes: dict[tuple, dict[tuple, dict]] = {}  # recipe -> pi_ref -> its test success, its runs' and their tables
     for key, table, start, objective, runs in _trained_runs(groups, stems):
