@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import Image, Markdown, display
 
-from apo_helpers.config import get_profile, RESULTS_DIR, FIGURES_DIR
+from apo_helpers.config import get_profile, RESULTS_DIR, FIGURES_DIR, TARGET_GAIN
 from apo_helpers.analysis.evaluate import wilson_interval
 from apo_helpers.analysis import plots
 from apo_helpers.files import atomic_write_text
@@ -415,12 +415,12 @@ left.barh(pipeline["method"], pipeline["success_rate"], color=colors)
 left.set_xlim(0, 1); left.set_xlabel("test success (greedy)"); left.invert_yaxis()
 left.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
 left.set_title("the class pipeline on the 200 test goals")
-plots.start_and_end(runs_start_end, target=0.10, ax=right,
+plots.start_and_end(runs_start_end, target=TARGET_GAIN, ax=right,
                     title=f"all {len(runs_start_end)} trained runs: where π_ref started, where the seeds ended")
 plots.save(fig, "07_summary")
 plt.show()
 run_gains = runs_start_end["end"] - runs_start_end["start"]  # section 3's `gains` is another table
-above = runs_start_end[run_gains >= 0.10]
+above = runs_start_end[run_gains >= TARGET_GAIN]
 print(f"runs whose seeds' mean gained 10 points or more: {len(above)} of {len(runs_start_end)}; the highest mean "
       f"ends at {runs_start_end['end'].max():.1%}, the largest gain is {run_gains.max():+.1%}")
 
@@ -605,9 +605,9 @@ if outcomes_path.exists():
     outcomes = pd.read_csv(outcomes_path)
     checked = check_against_seeds(outcomes, RESULTS_DIR)  # raises if any seed's outcomes differ from its table
     print(f"{len(checked)} policies' per-goal outcomes match their seeds tables")
-    gains = gains_over_first_reference(outcomes, RESULTS_DIR, target=0.10)
+    gains = gains_over_first_reference(outcomes, RESULTS_DIR, target=TARGET_GAIN)
     gains["label"] = gains["policy"] + [" (one policy)" if n == 1 else "" for n in gains["policy_seeds"]]
-    fig = plots.gain_intervals(gains, target=0.10, title="gain over the chain's first π_ref, 95% paired interval")
+    fig = plots.gain_intervals(gains, target=TARGET_GAIN, title="gain over the chain's first π_ref, 95% paired interval")
     plots.save(fig, "07_gain_intervals")
     plt.show()
 gains.round(3)
@@ -740,9 +740,9 @@ if not gains.empty:
                  f"{run['baseline_success'] * run['goals']:.0f} that π_ref solves: the goals lost cost "
                  f"{run['lost'] / run['goals']:.1%} of test success. Over all {len(gains)} policies, "
                  f"{gains['lost'].mean():.1f} goals are lost on average for {gains['gained'].mean():.1f} gained.")
-    above_zero, covers_target = int((gains["low"] > 0).sum()), int((gains["high"] >= 0.10).sum())
+    above_zero, covers_target = int((gains["low"] > 0).sum()), int((gains["high"] >= TARGET_GAIN).sum())
     lines.append(f"- {above_zero} of the {len(gains)} policies have their whole interval above 0; {covers_target} "
-                 f"reach +10 points within theirs, and {int((gains['low'] >= 0.10).sum())} have the whole interval "
+                 f"reach +10 points within theirs, and {int((gains['low'] >= TARGET_GAIN).sum())} have the whole interval "
                  f"above +10.")
     for _, r in between.iterrows():
         verdict = "includes 0: these goals and seeds cannot tell them apart" if r.low <= 0 <= r.high else "excludes 0"
@@ -773,16 +773,16 @@ def pooled_gain(outcomes, policy, baseline):
 if outcomes_path.exists() and (outcomes["split"] == "val").any():
     val_checked = check_against_seeds(outcomes, RESULTS_DIR, split="val")
     print(f"{len(val_checked)} seeds' val outcomes match their seeds tables on the goals their runs evaluated")
-    val_gains = gains_over_first_reference(outcomes, RESULTS_DIR, target=0.10, split="val")
+    val_gains = gains_over_first_reference(outcomes, RESULTS_DIR, target=TARGET_GAIN, split="val")
     both = gains[["policy", "gain", "low", "high"]].merge(
         val_gains[["policy", "gain", "low", "high"]], on="policy", suffixes=(" (test)", " (val)")).set_index("policy")
     several = val_gains[val_gains["policy_seeds"] > 1]
     best_val = several.iloc[0]
     display(Markdown(
         f"- On val, the largest gain of a run of several seeds is `{best_val['policy']}`'s, {best_val['gain']:+.1%} "
-        f"[{best_val['low']:+.1%}, {best_val['high']:+.1%}]; {int((several['gain'] >= 0.10).sum())} of the "
+        f"[{best_val['low']:+.1%}, {best_val['high']:+.1%}]; {int((several['gain'] >= TARGET_GAIN).sum())} of the "
         f"{len(several)} runs gain +10 points or more on val on average, and "
-        f"{int((val_gains['low'] >= 0.10).sum())} of all {len(val_gains)} policies have the whole interval above "
+        f"{int((val_gains['low'] >= TARGET_GAIN).sum())} of all {len(val_gains)} policies have the whole interval above "
         f"+10. The gains on the two splits correlate at {both['gain (test)'].corr(both['gain (val)']):.2f} over the "
         f"{len(both)} policies played on both. On both splits together, `{best_val['policy']}` gains "
         f"{pooled_gain(outcomes, best_val['policy'], best_val['baseline']):+.1%} over the "
@@ -819,7 +819,7 @@ def show_beta2_sweep(runs: dict, title: str, figure: str):
     success = summary["test success"]
     tops = [value for value in success.index if np.isclose(success[value], success.max())]  # ties named together
     top, low, high = tops[0], summary.index.min(), summary.index.max()
-    reached = (summary["gain over π_ref"] >= 0.10).sum()
+    reached = (summary["gain over π_ref"] >= TARGET_GAIN).sum()
     display(Markdown(
         f"- Over {len(summary)} values of β₂ the best is β₂ = {' and '.join(f'{v:g}' for v in tops)}"
         f"{' (tied)' if len(tops) > 1 else ''}: {success[top]:.1%} on test, "
@@ -829,7 +829,7 @@ def show_beta2_sweep(runs: dict, title: str, figure: str):
         + ", ".join(f"{summary.loc[v, 'KL (late)']:.2f} nats at β₂ = {v:g}" for v in sorted(summary.index)[::-1])
         + f"; the gradient norm is {summary.loc[high, 'gradient norm (late)']:.3f} at β₂ = {high:g} "
         f"and {summary.loc[low, 'gradient norm (late)']:.3f} at {low:g}."))
-    fig = plots.sweep_effect(sweep, target=0.10, title=title)
+    fig = plots.sweep_effect(sweep, target=TARGET_GAIN, title=title)
     plots.save(fig, figure)
     plt.show()
 
@@ -952,7 +952,7 @@ if sloppier is not None:
             f"{drawn['std over seeds']:.1%}); an option clicked on {plain['option clicked']:.1%} and "
             f"{drawn['option clicked']:.1%}, every value right on {plain['every value right']:.1%} and "
             f"{drawn['every value right']:.1%}.")
-    reached = sloppier[(sloppier["gain over π_ref"] >= 0.10)
+    reached = sloppier[(sloppier["gain over π_ref"] >= TARGET_GAIN)
                        & (sloppier["gain over π_ref"] > sloppier["std over seeds"])].index.tolist()
     lines.append(f"- Runs here at +10 points or more on test, by more than their spread over seeds: "
                  f"{', '.join(reached) or 'none'}. The paired intervals, on test and on val, are in section 3's tables "
@@ -1020,7 +1020,7 @@ for label, (sloppy, full) in CEILINGS.items():
     best = from_sloppy.iloc[0]  # the highest test mean
     ceiling_rows.append({
         "model": label, "π_ref, options ignored in half": sloppy_ref["test"]["success_rate"],
-        "target (+10 points)": sloppy_ref["test"]["success_rate"] + 0.10, "best run from it": best["test_success"],
+        "target (+10 points)": sloppy_ref["test"]["success_rate"] + TARGET_GAIN, "best run from it": best["test_success"],
         "π_ref, full expert": full_ref["test"]["success_rate"],
         "best run − full expert": best["test_success"] - full_ref["test"]["success_rate"],
         "best run from the full expert's": from_full["test_success"].iloc[0] if len(from_full) else float("nan"),
