@@ -310,6 +310,13 @@ class APOConfig:
     is worth, a little less. 0: off. At 0.1 most of that pi_ref's loops went, with part of its option habit; over
     the three pi_refs it ran from it gained a little less on average than the held recipe, with less spread
     (docs/experiments.md)."""
+    credit_repeats: bool = True
+    """False: leave the turns that repeat the previous turn's action on the page it left unchanged (``Turn.repeated``)
+    out of log pi(y|x) - log pi_ref(y|x) of every trajectory whose return beats V*(x); below V* they stay in and are
+    pushed down with the rest. A sample leaves such a loop by chance and buys, and with every turn credited the
+    regression pays the repeated click as much as the click that changed the selection: the habit greedy play turns
+    into a loop (``stop_repeats``, ``repeat_penalty``). Unlike those two it changes no return, so the winning
+    trajectory's other turns keep their whole credit. Needs one chat per turn (``window=1``) and the apo objective."""
     beta2: float = 0.1
     """Weight of log(pi / pi_ref) in the regression (paper: 1e-3 for ~1k-token math answers)."""
     success_bonus: float = 0.0

@@ -1194,6 +1194,38 @@ def test_sampled_only_leaves_the_greedy_turns_out(models, demos):
         trained_sequences(marked, tokenizer, None, sampled_only=True)
 
 
+def test_uncredited_repeats_leave_only_the_winners_loops_out(models, demos):
+    """``credit_repeats=False`` drops the repeated turns' chats of the trajectories above V*, and only those: the
+    winners' first clicks and the losers' repeats still train."""
+    _, _, tokenizer = models
+    goals = [d.goal for d in demos]
+    table = VStarTable(vstar_table(goals, [[0.5, 0.5]] * len(goals), P.apo.beta1), "demo-goals")  # V* = 0.5
+    looped = [dataclasses.replace(d, reward=reward, turns=[dataclasses.replace(u, repeated=k == 2)
+                                                           for k, u in enumerate(d.turns)])
+              for d, reward in zip(demos, [1.0, 0.0, 1.0, 0.2])]
+    assert all(d.num_turns > 2 for d in looped)
+    off = dataclasses.replace(P.apo, credit_repeats=False)
+    assert trainer_module.uncredited_turns(looped, table, P.apo) == frozenset()  # the default credits every turn
+    assert trainer_module.uncredited_turns(looped, table, off) == {(0, 2), (2, 2)}
+    every = trained_sequences(looped, tokenizer, P.policy.window)
+    profile = dataclasses.replace(P, apo=off)
+    kept = trainer_module.training_sequences(looped, tokenizer, table, profile)
+    positions = {}  # (trajectory, turn) of each chat: one chat per turn
+    for i, owner in enumerate(every[2]):
+        positions[i] = (owner, sum(1 for o in every[2][:i] if o == owner))
+    assert kept == tuple([every[j][i] for i in positions if positions[i] not in {(0, 2), (2, 2)}] for j in range(3))
+    with pytest.raises(ValueError, match="credit_repeats=False needs one chat per turn"):
+        trained_sequences(looped, tokenizer, None, skip_turns=frozenset({(0, 2)}))
+
+
+def test_uncredited_repeats_need_the_apo_objective(models, vstar):
+    model, ref_model, tokenizer = models
+    profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, credit_repeats=False))
+    with pytest.raises(ValueError, match="credit_repeats=False .* needs the apo objective, got 'grpo'"):
+        Trainer(model, ref_model, tokenizer, vstar, profile, objective="grpo")
+    assert not Trainer(model, ref_model, tokenizer, vstar, profile).config.credit_repeats
+
+
 def test_the_split_counts_turns_when_the_search_is_left_out(models, demos):
     model, ref_model, tokenizer = models
     table = VStarTable(vstar_table([d.goal for d in demos], [[0.5, 1.0]] * len(demos), P.apo.beta1), "demo-goals")

@@ -621,3 +621,4 @@ def test_stop_repeats_ends_a_loop_unbought(monkeypatch, goals, tokenizer, model,
     assert [u.reward for u in priced.turns] == pytest.approx([0.0] * 3 + [-0.1] * 5)  # turns 4 to 8 repeat turn 3
     assert priced.reward == pytest.approx(-0.5) and priced.env_reward == 0.0
     assert (stopped.repeats, looped.repeats, priced.repeats) == (1, 5, 5)
+    assert [u.repeated for u in looped.turns] == [False] * 3 + [True] * 5  # the first click is not a repeat

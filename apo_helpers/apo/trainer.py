@@ -62,14 +62,18 @@ AVERAGE_FILE = "average.safetensors"
 # ------------------------------------------------------------------------------------------------ scoring
 
 def trained_sequences(trajectories: list[Trajectory], tokenizer, window, part: str = "all",
-                      sampled_only: bool = False, greedy_only: bool = False):
+                      sampled_only: bool = False, greedy_only: bool = False,
+                      skip_turns: frozenset[tuple[int, int]] = frozenset()):
     """Token ids and masks of every chat of every trajectory, and the trajectory each chat belongs to.
     ``sampled_only`` leaves out the chats of turns replied greedily (``APOConfig.greedy_search`` or
-    ``greedy_clicks``: one chat per turn); ``greedy_only`` keeps only those (``APOConfig.greedy_anchor``)."""
+    ``greedy_clicks``: one chat per turn); ``greedy_only`` keeps only those (``APOConfig.greedy_anchor``).
+    ``skip_turns``: the ``(trajectory, turn)`` pairs whose chats are left out as well (``uncredited_turns``)."""
     if sampled_only and greedy_only:
         raise ValueError("sampled_only and greedy_only exclude each other")
     if sampled_only or greedy_only:
         require_turn_chats(window, "greedy_search")
+    if skip_turns:
+        require_turn_chats(window, "credit_repeats=False")
     sequences, masks, owner = [], [], []
     for row, t in enumerate(trajectories):
         if part == "all" and t.input_ids:
@@ -77,7 +81,8 @@ def trained_sequences(trajectories: list[Trajectory], tokenizer, window, part: s
         else:
             pairs = (encode_chat(tokenizer, chat, part) for chat in episode_chats(t.turns, window))
         for k, (ids, mask) in enumerate(pairs):
-            if (sampled_only and t.turns[k].greedy) or (greedy_only and not t.turns[k].greedy):  # a chat per turn
+            if ((sampled_only and t.turns[k].greedy) or (greedy_only and not t.turns[k].greedy)
+                    or (row, k) in skip_turns):  # a chat per turn
                 continue
             sequences.append(ids)
             masks.append(mask)
@@ -222,6 +227,25 @@ def regression_value(trajectory: Trajectory, vstar: VStarTable, config: APOConfi
     return value
 
 
+def uncredited_turns(trajectories: list[Trajectory], vstar: VStarTable, config: APOConfig) -> frozenset:
+    """``(trajectory, turn)`` of the repeated turns (``Turn.repeated``) of the trajectories whose return beats the
+    value they are regressed on, when ``APOConfig.credit_repeats`` is False (else none): a loop a sample left by
+    chance earns the winning trajectory's credit for its other turns, not for the repeats."""
+    if config.credit_repeats:
+        return frozenset()
+    return frozenset((row, k) for row, t in enumerate(trajectories)
+                     if training_reward(t.reward, config.success_bonus) > regression_value(t, vstar, config)
+                     for k, u in enumerate(t.turns) if u.repeated)
+
+
+def training_sequences(trajectories: list[Trajectory], tokenizer, vstar: VStarTable, profile: Profile):
+    """The chats an update trains on (``trained_sequences``): the sampled turns under ``greedy_search`` or
+    ``greedy_clicks``, less the repeats ``credit_repeats=False`` leaves out."""
+    config = profile.apo
+    return trained_sequences(trajectories, tokenizer, profile.policy.window, config.logprob_tokens,
+                             bool(greedy_pages(config)), skip_turns=uncredited_turns(trajectories, vstar, config))
+
+
 def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTable, profile: Profile,
                      with_entropy: bool = True, timings: dict | None = None, value_head=None,
                      chats: tuple | None = None, split: SplitValues | None = None,
@@ -237,8 +261,7 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
     ones (``anchor_chats``: ``anchor_sequences``' result when the caller already has it)."""
     config = profile.apo
     start = time.perf_counter()
-    sequences, masks, owner = chats or trained_sequences(trajectories, tokenizer, profile.policy.window,
-                                                         config.logprob_tokens, bool(greedy_pages(config)))
+    sequences, masks, owner = chats or training_sequences(trajectories, tokenizer, vstar, profile)
     first_turns = chat_first_turns(trajectories, profile.policy.window) if value_head is not None else None
     total_turns = sum(t.num_turns for t in trajectories)
     chat_ids = list(range(len(sequences)))  # score by chat, then map chats to trajectories
@@ -430,6 +453,11 @@ class Trainer:
                              f"answers greedily: it needs one of them and the apo objective (got greedy_search="
                              f"{self.config.greedy_search}, greedy_clicks={self.config.greedy_clicks}, objective "
                              f"{objective!r})")
+        if not self.config.credit_repeats:
+            if objective != "apo":  # the others' per-turn inputs (critic values, the split's turns) count every chat
+                raise ValueError(f"credit_repeats=False leaves turns out of A*PO's log-ratio; it needs the apo "
+                                 f"objective, got {objective!r}")
+            require_turn_chats(profile.policy.window, "credit_repeats=False")
         self.ref_model.eval().requires_grad_(False)
         # PPO's critic: a value head on the policy's last hidden state, trained with it
         self.value_head = ValueHead(model.config.hidden_size).to(_device_of(model)) if objective == "ppo" else None
@@ -466,8 +494,7 @@ class Trainer:
         self.model.train()
         if self.objective_name == "apo_split" and split is None:
             split = split_values(self.ref_model, self.tokenizer, trajectories, self.profile)
-        chats = trained_sequences(trajectories, self.tokenizer, self.profile.policy.window, config.logprob_tokens,
-                                  bool(greedy_pages(config)))
+        chats = training_sequences(trajectories, self.tokenizer, self.vstar, self.profile)
         anchor_chats = anchor_sequences(trajectories, self.tokenizer, self.profile)
         lr = learning_rate(config, self.state.iteration, self.iterations)
         for group in self.optimizer.param_groups:
@@ -594,13 +621,14 @@ class Trainer:
         # per trajectory: reward, success, invalid actions, turns, generated and trained tokens, log-ratio, entropy,
         # generated replies and those trained on other tokens than were sampled (token_mismatches; NaN: not counted),
         # turns answered by a drawn click (``explore``), turns repeating the last action on an unchanged page, and
-        # episodes ended at such a repeat (``stop_repeats``)
+        # episodes ended at such a repeat (``stop_repeats``), and the repeats left out of training (``credit_repeats``)
+        uncredited = [row for row, _ in uncredited_turns(trajectories, self.vstar, config)]
         rows = [[t.reward, float(t.success), t.invalid_actions, t.num_turns, t.generated_tokens, n, k, entropy.item(),
                  sum(map(bool, t.reply_ids)), np.nan if t.token_mismatches is None else t.token_mismatches,
-                 sum(u.explored for u in t.turns), t.repeats, float(t.stopped_repeat)]
-                for t, n, k in zip(trajectories, inputs.tokens.tolist(), kl.tolist())]
+                 sum(u.explored for u in t.turns), t.repeats, float(t.stopped_repeat), uncredited.count(row)]
+                for row, (t, n, k) in enumerate(zip(trajectories, inputs.tokens.tolist(), kl.tolist()))]
         (reward, success, invalid, turns, generated, trained, log_ratio, entropies, replies,
-         mismatches, explored, repeats, stopped) = self._gather(rows).T
+         mismatches, explored, repeats, stopped, skipped) = self._gather(rows).T
         if self.world > 1:
             stats = {name: self._mean_over_processes(torch.tensor(float(value), device=self.accelerator.device)).item()
                      for name, value in stats.items()}
@@ -614,6 +642,7 @@ class Trainer:
                 "token_mismatch_rate": float(mismatches.sum() / max(1, replies.sum())),
                 "explored_rate": float(explored.sum() / max(1, turns.sum())),
                 "repeat_rate": float(repeats.sum() / max(1, turns.sum())), "stopped_rate": float(stopped.mean()),
+                **({} if config.credit_repeats else {"uncredited_rate": float(skipped.sum() / max(1, turns.sum()))}),
                 "lr": self.optimizer.param_groups[0]["lr"], **timings, "seconds": time.perf_counter() - start,
                 **stats}
 

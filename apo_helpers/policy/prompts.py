@@ -51,6 +51,9 @@ class Turn:
     ``Sampling.greedy_pages``): the algorithms train only on the sampled turns."""
     explored: bool = False
     """Whether the reply was written for a click drawn at random (``Sampling.explore``) instead of generated."""
+    repeated: bool = False
+    """Whether the turn typed the previous turn's action again and left its page as it was (``repeats_previous``):
+    a loop's turn, which ``APOConfig.credit_repeats=False`` leaves out of a winning trajectory's log-ratio."""
 
 
 def parse_response(text: str) -> tuple[str, str, bool]:

@@ -380,6 +380,7 @@ def _rollout_batch(model, tokenizer, goals, sampling, config, env_config, catalo
             repeated = not terminated and repeats_previous(trajs[i].turns, observations[i])
             if repeated:
                 trajs[i].repeats += 1
+                turn.repeated = True
                 turn.reward -= sampling.repeat_penalty
             if repeated and sampling.stop_repeats:
                 trajs[i].stopped_repeat = truncated = True
