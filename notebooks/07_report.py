@@ -650,9 +650,12 @@ gains.round(3)
 # from the others it ran from? Does drawing the option values as the policy reads them (`option_draw=policy`) end above
 # the held first round from the third, fourth and fifth π_refs? And where does a π_ref of six layers on the fourth's and
 # fifth's commands end against their 4-layer siblings, and re-anchored once, against its own first round and against the
-# 4-layer siblings re-anchored once? And from the fourth's and fifth's commands with demonstrations whose think reads on
-# in the instruction (`--progress-think`), where does the held first round end against the short-think and six-layer
-# first rounds, and re-anchored once, against its own first round and against the short-think chains re-anchored once?
+# 4-layer siblings re-anchored once? And from the third's, fourth's and fifth's commands with demonstrations whose think
+# reads on in the instruction (`--progress-think`), where does the held first round end against the short-think (and,
+# from the third's, the priced-repeats) and six-layer first rounds, and re-anchored once, against its own first round
+# and against the short-think chains re-anchored once? And does leaving the repeated turns out of the winning
+# trajectories' credit (`credit_repeats=False`) end above the held first round, from the third π_ref, whose seeds
+# looped, and from the fifth's think π_ref, and against the priced repeats from the third?
 # Each difference is given on val too where both sides were played there (the `(val)` columns): the same question asked
 # of 200 other unseen goals.
 
@@ -663,7 +666,8 @@ if not gains.empty:
     d1200, d1200_seed1, d1200_seed2, d1200_seed3, d1200_seed4 = (
         f"apo_sloppy_h192_d1200{seed}_gsvk600_b003" for seed in ("", "_seed1", "_seed2", "_seed3", "_seed4"))
     l6_seed3, l6_seed4 = (name.replace("h192", "h192_l6") for name in (d1200_seed3, d1200_seed4))  # six layers
-    think_seed3, think_seed4 = (name.replace("_seed", "_think_seed") for name in (d1200_seed3, d1200_seed4))
+    think_seed2, think_seed3, think_seed4 = (name.replace("_seed", "_think_seed")
+                                             for name in (d1200_seed2, d1200_seed3, d1200_seed4))
     pairs = [(f"{held}_r3", held), (f"{held}_r3", f"{held}_r4"), (f"{held}_r3_soup", f"{held}_r3"),
              (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3"),
              (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3"),
@@ -718,9 +722,12 @@ if not gains.empty:
              (f"{d1200_seed3}_po03h", d1200_seed3),
              (l6_seed4, d1200_seed4), (l6_seed3, d1200_seed3), (f"{l6_seed3}_r2", l6_seed3),
              (f"{l6_seed3}_r2", f"{d1200_seed3}_r2"), (f"{l6_seed4}_r2", l6_seed4), (f"{l6_seed4}_r2", f"{d1200_seed4}_r2"),
+             (think_seed2, d1200_seed2), (think_seed2, f"{d1200_seed2}_rp01"),
              (think_seed3, d1200_seed3), (think_seed4, d1200_seed4), (think_seed3, l6_seed3), (think_seed4, l6_seed4),
              (f"{think_seed3}_r2", think_seed3), (f"{think_seed4}_r2", think_seed4),
-             (f"{think_seed3}_r2", f"{d1200_seed3}_r2"), (f"{think_seed4}_r2", f"{d1200_seed4}_r2")]
+             (f"{think_seed3}_r2", f"{d1200_seed3}_r2"), (f"{think_seed4}_r2", f"{d1200_seed4}_r2"),
+             (f"{think_seed4}_nrc", think_seed4), (f"{d1200_seed2}_nrc", d1200_seed2),
+             (f"{d1200_seed2}_nrc", f"{d1200_seed2}_rp01")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
