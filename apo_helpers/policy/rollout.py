@@ -117,14 +117,17 @@ class Trajectory:
     """Per turn, the log-probability of each generated token under the sampling distribution."""
     reply_ids: list[list[int]] = field(default_factory=list)
     """Per turn, the token ids the model generated (empty for replayed and explored turns)."""
-    repeats: int = 0
-    """Turns that repeated the previous turn's action on the page it left unchanged (``repeats_previous``)."""
     stopped_repeat: bool = False
     """The episode was ended at a repeated action (``Sampling.stop_repeats``)."""
     token_mismatches: int | None = None
     """Generated replies whose tokens in ``input_ids`` differ from ``reply_ids`` (their decoded text did not
     re-encode to them): 0 when the algorithms train on exactly the sampled tokens. Counted with one chat per turn
     (``window=1``), else None."""
+
+    @property
+    def repeats(self) -> int:
+        """Turns that repeated the previous turn's action on the page it left unchanged (``Turn.repeated``)."""
+        return sum(u.repeated for u in self.turns)
 
     @property
     def num_turns(self) -> int:
@@ -144,6 +147,7 @@ class Trajectory:
     @classmethod
     def from_dict(cls, record: dict) -> "Trajectory":
         record = dict(record)
+        record.pop("repeats", None)  # files saved before it was counted from ``Turn.repeated``
         record["goal"] = Goal(**record["goal"])
         record["turns"] = [Turn(**t) for t in record["turns"]]
         return cls(**record)
@@ -379,7 +383,6 @@ def _rollout_batch(model, tokenizer, goals, sampling, config, env_config, catalo
             turn.reward = reward + (0.0 if turn.format_ok else config.format_penalty)
             repeated = not terminated and repeats_previous(trajs[i].turns, observations[i])
             if repeated:
-                trajs[i].repeats += 1
                 turn.repeated = True
                 turn.reward -= sampling.repeat_penalty
             if repeated and sampling.stop_repeats:
