@@ -317,6 +317,17 @@ class APOConfig:
     regression pays the repeated click as much as the click that changed the selection: the habit greedy play turns
     into a loop (``stop_repeats``, ``repeat_penalty``). Unlike those two it changes no return, so the winning
     trajectory's other turns keep their whole credit. Needs one chat per turn (``window=1``) and the apo objective."""
+    replay: int = 0
+    """Trajectories from earlier iterations added to each update, drawn uniformly (without replacement) from the
+    last ``replay_capacity`` trajectories whose return beat V*(x) (0: off). A*PO's least squares holds on samples
+    of any policy (the target r - V* does not depend on who sampled y), so a rare success, such as a sample that
+    selects both asked option values, keeps teaching after the iteration that found it instead of once: the
+    conversion of the goals a run's samples solve into goals its greedy play solves, which one run of 60
+    iterations realises about a quarter of (docs/experiments.md, "Goals practised against goals never seen"). The
+    history still counts only the iteration's own rollouts; ``replayed`` gives how many joined the update. Needs
+    the apo objective and one process (each process would keep its own buffer)."""
+    replay_capacity: int = 128
+    """How many of the latest trajectories that beat V*(x) ``replay`` draws from (the oldest leave first)."""
     beta2: float = 0.1
     """Weight of log(pi / pi_ref) in the regression (paper: 1e-3 for ~1k-token math answers)."""
     success_bonus: float = 0.0

@@ -1530,3 +1530,76 @@ def test_hold_failed_draws_zeroes_only_the_advantage_of_failed_drawn_trajectorie
     with pytest.raises(ValueError, match="no turn is drawn"):
         Trainer(model, ref_model, tokenizer, table,
                 dataclasses.replace(P, apo=dataclasses.replace(P.apo, hold_failed_draws=True)))
+
+
+def _replaying(replay=2, capacity=3, **fields):
+    return dataclasses.replace(P, apo=dataclasses.replace(P.apo, replay=replay, replay_capacity=capacity, **fields))
+
+
+def test_replay_adds_the_latest_winners_to_each_update(ref_dir, vstar, monkeypatch):
+    """``replay``: each update trains on the iteration's rollouts plus up to ``replay`` earlier trajectories that beat
+    V*, drawn from the latest ``replay_capacity``; the history still describes the iteration's own rollouts."""
+    low = VStarTable(vstar.table.assign(vstar=-1.0), vstar.key)  # every return beats V*: every trajectory wins
+    trainer = _trainer(ref_dir, low, iterations=3, profile=_replaying())
+    batches = []
+    update = trainer.update
+    monkeypatch.setattr(trainer, "update", lambda trajectories, *a: batches.append(list(trajectories)) or
+                        update(trajectories, *a))
+    state = trainer.run(progress=False)
+    fresh = P.apo.batch_goals
+    assert [len(b) for b in batches] == [fresh, fresh + 2, fresh + 2]
+    assert state.history["replayed"].tolist() == [0, 2, 2]
+    assert state.history["replay_buffer"].tolist() == [min(3, fresh), 3, 3]
+    # the replayed ones are the latest winners so far: here the previous iteration's last three rollouts
+    for earlier, later in zip(batches, batches[1:]):
+        assert all(any(t is s for s in earlier[fresh - 3:fresh]) for t in later[fresh:])
+        assert len({id(t) for t in later[fresh:]}) == 2  # drawn without replacement
+
+
+def test_replay_keeps_only_the_latest_trajectories_that_beat_vstar(models, demos):
+    model, ref_model, tokenizer = models
+    goals = [d.goal for d in demos]
+    table = VStarTable(vstar_table(goals, [[0.5, 0.5]] * len(goals), P.apo.beta1), "demo-goals")  # V* = 0.5
+    trainer = Trainer(model, ref_model, tokenizer, table, _replaying(capacity=2))
+    scored = [dataclasses.replace(d, reward=reward) for d, reward in zip(demos, [1.0, 0.0, 0.7, 0.5])]
+    trainer.remember(scored)
+    assert trainer.replay_buffer == [scored[0], scored[2]]  # 0.0 and 0.5 do not beat V*
+    trainer.remember([dataclasses.replace(scored[0], reward=0.9)])
+    assert [t.reward for t in trainer.replay_buffer] == [0.7, 0.9]  # the oldest left first
+    assert sorted(t.reward for t in trainer.draw_replay()) == [0.7, 0.9]
+
+
+def test_replay_off_draws_nothing_and_leaves_the_history_as_it_was(ref_dir, vstar):
+    trainer = _trainer(ref_dir, vstar, iterations=1)
+    state = trainer.run(progress=False)
+    assert "replayed" not in state.history.columns and trainer.replay_buffer == []
+
+
+def test_a_resumed_replay_run_continues_exactly(ref_dir, vstar, tmp_path):
+    """The buffer and its generator travel in the checkpoint (``replay.jsonl``, ``state.json``)."""
+    low = VStarTable(vstar.table.assign(vstar=-1.0), vstar.key)  # every trajectory wins
+    profile = _replaying(iterations=3, eval_every=100, checkpoint_every=1)
+    straight = _trainer(ref_dir, low, tmp_path / "straight", profile=profile)
+    straight.run(progress=False)
+    _trainer(ref_dir, low, tmp_path / "resumed", iterations=2, profile=profile).run(progress=False)
+    assert (latest_checkpoint(tmp_path / "resumed") / "replay.jsonl").exists()
+    seed_everything(12345)
+    second = _trainer(ref_dir, low, tmp_path / "resumed", profile=profile)
+    assert second.load_checkpoint() == 2 and second.replay_buffer
+    second.run(progress=False)
+    pd.testing.assert_frame_equal(_comparable(second.state.history), _comparable(straight.state.history))
+    for a, b in zip(second.model.state_dict().values(), straight.model.state_dict().values()):
+        assert torch.equal(a, b)
+    # a run without replay left no buffer: resuming it with replay says so
+    _trainer(ref_dir, low, tmp_path / "plain", iterations=1).run(progress=False)
+    with pytest.raises(ValueError, match="replay.jsonl: it was saved by a run without replay"):
+        _trainer(ref_dir, low, tmp_path / "plain", profile=profile).load_checkpoint()
+
+
+def test_replay_is_refused_where_it_does_not_hold(ref_dir, vstar):
+    with pytest.raises(ValueError, match="'grpo' objective reads the sampling policy's probabilities"):
+        _trainer(ref_dir, vstar, objective="grpo", profile=_replaying())
+    with pytest.raises(ValueError, match="replay=-1, replay_capacity=3"):
+        _trainer(ref_dir, vstar, profile=_replaying(replay=-1))
+    with pytest.raises(ValueError, match="replay_capacity=0"):
+        _trainer(ref_dir, vstar, profile=_replaying(capacity=0))

@@ -6,7 +6,8 @@ Each iteration:
    policy (one batched multi-turn rollout).
 2. Phase 2, update: score every trajectory's trained tokens under the policy (with gradients) and the frozen pi_ref,
    build ``ObjectiveInputs``, take ONE optimizer step on the objective with gradient clipping (``update_epochs``
-   steps on the same batch when set, as PPO-style loops reuse their rollouts). With
+   steps on the same batch when set, as PPO-style loops reuse their rollouts; with ``replay`` the batch also
+   carries earlier iterations' trajectories that beat V*, which A*PO's least squares may train on). With
    ``backward_per_micro_batch`` (pretrained models) the scoring runs without gradients, the loss is differentiated
    with respect to the token log-probs, and each micro-batch then backpropagates its share: same gradients, the
    memory of one micro-batch.
@@ -46,7 +47,7 @@ from tqdm.auto import tqdm
 from ..config import APOConfig, Profile, device as default_device, seed_everything
 from ..files import atomic_write_text
 from ..policy.prompts import encode_chat, episode_chats
-from ..policy.rollout import Trajectory, rollout
+from ..policy.rollout import Trajectory, load_trajectories, rollout, save_trajectories
 from ..policy.scoring import collate, selected_log_distributions, selected_logprobs_and_hidden
 from .losses import OBJECTIVES, ObjectiveInputs, distribution_kl, kl_estimate
 from .sft import lr_at
@@ -57,6 +58,8 @@ from .vstar import VStarTable, drawn_turns, greedy_pages, rollout_sampling, trai
 CHECKPOINTS = "checkpoints"
 AVERAGE_FILE = "average.safetensors"
 """The checkpoint's moving average of the policy's weights (``ema``)."""
+REPLAY_FILE = "replay.jsonl"
+"""The checkpoint's buffer of winning trajectories (``replay``)."""
 
 
 # ------------------------------------------------------------------------------------------------ scoring
@@ -458,6 +461,15 @@ class Trainer:
                 raise ValueError(f"credit_repeats=False leaves turns out of A*PO's log-ratio; it needs the apo "
                                  f"objective, got {objective!r}")
             require_turn_chats(profile.policy.window, "credit_repeats=False")
+        if self.config.replay < 0 or self.config.replay_capacity < 1:
+            raise ValueError(f"replay is a count of trajectories per update (0: off) and replay_capacity at least 1, "
+                             f"got replay={self.config.replay}, replay_capacity={self.config.replay_capacity}")
+        if self.config.replay and objective != "apo":  # the others' ratios need the policy that sampled y
+            raise ValueError(f"replay reuses earlier iterations' samples, which A*PO's least squares allows; the "
+                             f"{objective!r} objective reads the sampling policy's probabilities: use replay=0")
+        if self.config.replay and self.world > 1:
+            raise ValueError(f"replay keeps one buffer of winning trajectories; with {self.world} processes each "
+                             f"would keep its own and its checkpoint only one of them: use one process or replay=0")
         self.ref_model.eval().requires_grad_(False)
         # PPO's critic: a value head on the policy's last hidden state, trained with it
         self.value_head = ValueHead(model.config.hidden_size).to(_device_of(model)) if objective == "ppo" else None
@@ -467,6 +479,9 @@ class Trainer:
         self.average = ({name: p.detach().clone() for name, p in model.named_parameters()}
                         if self.config.ema > 0 else None)
         self.rng = random.Random(seed)  # the same goals on every process: each then takes its share
+        # ``replay``: the latest winning trajectories, and a generator of its own so the goals drawn stay the same
+        self.replay_buffer: list[Trajectory] = []
+        self.replay_rng = random.Random(f"replay {seed}")
         self.state = TrainState(0, pd.DataFrame(), pd.DataFrame())
         self.earlier_peak_memory_mb = 0.0  # the peak of the calls before a resume (a process only knows its own)
         seed_everything(seed + self.rank)  # each process samples its own rollouts
@@ -483,6 +498,20 @@ class Trainer:
         groups stay together since the group size divides each share."""
         size = len(items) // self.world
         return items[self.rank * size: (self.rank + 1) * size] if self.world > 1 else items
+
+    def draw_replay(self) -> list[Trajectory]:
+        """``replay`` trajectories of the buffer, drawn uniformly without replacement (fewer while it holds fewer)."""
+        if not self.config.replay:
+            return []
+        return self.replay_rng.sample(self.replay_buffer, min(self.config.replay, len(self.replay_buffer)))
+
+    def remember(self, trajectories: list[Trajectory]) -> None:
+        """Keep the trajectories whose return beat the value they were regressed on, the last ``replay_capacity``."""
+        if not self.config.replay:
+            return
+        self.replay_buffer += [t for t in trajectories if training_reward(t.reward, self.config.success_bonus)
+                               > regression_value(t, self.vstar, self.config)]
+        del self.replay_buffer[:-self.config.replay_capacity]
 
     def update(self, trajectories: list[Trajectory], timings: dict | None = None, split: SplitValues | None = None):
         """Phase 2 on this process's trajectories: score them, ``update_epochs`` optimizer steps on the objective
@@ -615,8 +644,11 @@ class Trainer:
             split_start = time.perf_counter()
             split = split_values(self.ref_model, self.tokenizer, trajectories, self.profile)
             timings["split_seconds"] = time.perf_counter() - split_start
-        inputs, loss, stats, grad_norm = self.update(trajectories, timings, split)
-        kl = kl_estimate(inputs.token_logp, inputs.token_logp_ref, inputs.token_row, len(trajectories))
+        replayed = self.draw_replay()  # earlier winners join the update after this batch (``replay``)
+        inputs, loss, stats, grad_norm = self.update(trajectories + replayed, timings, split)
+        self.remember(trajectories)
+        # the history describes this iteration's rollouts: the first rows of the inputs
+        kl = kl_estimate(inputs.token_logp, inputs.token_logp_ref, inputs.token_row, len(trajectories) + len(replayed))
         entropy = inputs.entropy.mean() if inputs.entropy is not None else torch.tensor(float("nan"))
         # per trajectory: reward, success, invalid actions, turns, generated and trained tokens, log-ratio, entropy,
         # generated replies and those trained on other tokens than were sampled (token_mismatches; NaN: not counted),
@@ -643,6 +675,7 @@ class Trainer:
                 "explored_rate": float(explored.sum() / max(1, turns.sum())),
                 "repeat_rate": float(repeats.sum() / max(1, turns.sum())), "stopped_rate": float(stopped.mean()),
                 **({} if config.credit_repeats else {"uncredited_rate": float(skipped.sum() / max(1, turns.sum()))}),
+                **({"replayed": len(replayed), "replay_buffer": len(self.replay_buffer)} if config.replay else {}),
                 "lr": self.optimizer.param_groups[0]["lr"], **timings, "seconds": time.perf_counter() - start,
                 **stats}
 
@@ -753,8 +786,10 @@ class Trainer:
         atomic_write_text(tmp / "state.json", json.dumps({
             "iteration": self.state.iteration, "objective": self.objective_name, "seed": self.seed,
             "goal_rng": _rng_state(self.rng), "python_rng": _rng_state(random),
-            "numpy_rng": _numpy_rng_state(), "vstar_key": self.vstar.key,
+            "numpy_rng": _numpy_rng_state(), "vstar_key": self.vstar.key, "replay_rng": _rng_state(self.replay_rng),
             "peak_memory_mb": self.peak_memory_mb()}))
+        if self.config.replay:
+            save_trajectories(self.replay_buffer, tmp / REPLAY_FILE)
         self.state.history.to_csv(tmp / "history.csv", index=False)
         self.state.evals.to_csv(tmp / "evals.csv", index=False)
         shutil.rmtree(final, ignore_errors=True)
@@ -788,6 +823,12 @@ class Trainer:
             if set(saved_average) != set(self.average):
                 raise ValueError(f"{path / AVERAGE_FILE} holds other weights than this policy's")
             self.average = saved_average
+        if self.config.replay:
+            if not (path / REPLAY_FILE).exists() or "replay_rng" not in state:
+                raise ValueError(f"{path} holds no {REPLAY_FILE}: it was saved by a run without replay; resume it "
+                                 f"with replay=0 or start a new run")
+            self.replay_buffer = load_trajectories(path / REPLAY_FILE)
+            _set_rng_state(self.replay_rng, state["replay_rng"])
         saved = torch.load(path / "trainer_state.pt", weights_only=True, map_location="cpu")
         self.optimizer.load_state_dict(saved["optimizer"])
         torch.set_rng_state(saved["rng"]["torch"])
