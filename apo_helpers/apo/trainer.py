@@ -230,14 +230,19 @@ def regression_value(trajectory: Trajectory, vstar: VStarTable, config: APOConfi
     return value
 
 
+def beats_value(trajectory: Trajectory, vstar: VStarTable, config: APOConfig) -> bool:
+    """Whether the trajectory's training return is above the value it is regressed on (a positive advantage): the
+    winners ``credit_repeats=False`` leaves the repeats out of and ``replay`` keeps."""
+    return training_reward(trajectory.reward, config.success_bonus) > regression_value(trajectory, vstar, config)
+
+
 def uncredited_turns(trajectories: list[Trajectory], vstar: VStarTable, config: APOConfig) -> frozenset:
     """``(trajectory, turn)`` of the repeated turns (``Turn.repeated``) of the trajectories whose return beats the
     value they are regressed on, when ``APOConfig.credit_repeats`` is False (else none): a loop a sample left by
     chance earns the winning trajectory's credit for its other turns, not for the repeats."""
     if config.credit_repeats:
         return frozenset()
-    return frozenset((row, k) for row, t in enumerate(trajectories)
-                     if training_reward(t.reward, config.success_bonus) > regression_value(t, vstar, config)
+    return frozenset((row, k) for row, t in enumerate(trajectories) if beats_value(t, vstar, config)
                      for k, u in enumerate(t.turns) if u.repeated)
 
 
@@ -509,8 +514,7 @@ class Trainer:
         """Keep the trajectories whose return beat the value they were regressed on, the last ``replay_capacity``."""
         if not self.config.replay:
             return
-        self.replay_buffer += [t for t in trajectories if training_reward(t.reward, self.config.success_bonus)
-                               > regression_value(t, self.vstar, self.config)]
+        self.replay_buffer += [t for t in trajectories if beats_value(t, self.vstar, self.config)]
         del self.replay_buffer[:-self.config.replay_capacity]
 
     def update(self, trajectories: list[Trajectory], timings: dict | None = None, split: SplitValues | None = None):
