@@ -259,7 +259,10 @@ class APOConfig:
     agent's query, ``Sampling.explore_search``) instead of the policy's sample with this probability. Where the tiny
     pi_ref's greedy query garbles the instruction, 96% of its samples garble it too, so its own samples seldom show
     what an exact query earns; A*PO's least squares needs no sampling probabilities, so the drawn queries train like
-    the others (notebook 04 section 8). Excludes ``greedy_search`` (the search is then typed greedily)."""
+    the others (notebook 04 section 8). Excludes ``greedy_search`` (the search is then typed greedily). At 0.75 with
+    ``hold_failed_draws`` from a progress-think pi_ref, the rollouts succeeded more often than with ``greedy_search``
+    but the seeds' greedy queries copied the instruction as often as pi_ref's, and test success ended level with the
+    greedy-search recipe (docs/experiments.md, "Drawing the whole instruction as the query")."""
     explore_options: float = 0.0
     """Stage 1 and the rollouts answer an item-page turn on which some of the item's options have no value selected
     with a click drawn uniformly from those options' values, with this probability (``Sampling.explore_options``;

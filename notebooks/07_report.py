@@ -656,8 +656,10 @@ gains.round(3)
 # and against the short-think chains re-anchored once? And does leaving the repeated turns out of the winning
 # trajectories' credit (`credit_repeats=False`) end above the held first round, from the third π_ref, whose seeds
 # looped, and from the fifth's think π_ref, and against the priced repeats from the third? And does replaying earlier
-# iterations' winning trajectories in each update (`replay=16`) end above the held first round from the third's and
-# fifth's think π_refs?
+# iterations' winning trajectories in each update (`replay=16`) end above the held first round from the third's,
+# fourth's and fifth's think π_refs? And does sampling the search turn, three quarters of its queries drawn as the
+# whole instruction and the failed draws held at π_ref (`explore_search=0.75 hold_failed_draws=True`), end above the
+# held first round from the fifth's think π_ref, whose greedy search the held recipe leaves as it was?
 # Each difference is given on val too where both sides were played there (the `(val)` columns): the same question asked
 # of 200 other unseen goals.
 
@@ -731,7 +733,9 @@ if not gains.empty:
              (f"{think_seed4}_nrc", think_seed4), (f"{d1200_seed2}_nrc", d1200_seed2),
              (f"{d1200_seed2}_nrc", f"{d1200_seed2}_rp01"), (f"{think_seed2}_r2", think_seed2),
              (f"{think_seed2}_r2", f"{d1200_seed2}_r2"), (f"{think_seed4}_rep16", think_seed4),
-             (f"{think_seed2}_rep16", think_seed2), (f"{think_seed2}_rep16", f"{think_seed2}_r2")]
+             (f"{think_seed2}_rep16", think_seed2), (f"{think_seed2}_rep16", f"{think_seed2}_r2"),
+             (f"{think_seed3}_rep16", think_seed3),
+             (think_seed4.replace("gsvk600", "v600") + "_es075h", think_seed4)]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
