@@ -466,7 +466,7 @@ def cmd_purchases(args) -> int:
     data/results/purchases_<profile>.csv."""
     import pandas as pd
 
-    from .analysis.purchases import choice_summary, purchase_summary, run_choices, run_purchases
+    from .analysis.purchases import choice_summary, copy_summary, purchase_summary, run_choices, run_purchases
     from .files import merge_csv_rows
 
     profile = get_profile(args.profile)
@@ -481,6 +481,7 @@ def cmd_purchases(args) -> int:
         return 0
     table = pd.concat([run_purchases(run, profile, args.split, args.episodes) for run in args.run], ignore_index=True)
     print(purchase_summary(table).round(1).to_string())
+    print(copy_summary(table).round(3).to_string())
     if args.save:
         path = RESULTS_DIR / f"purchases_{profile.name}.csv"
         merge_csv_rows(path, table.to_dict("records"), ["run", "policy", "split", "goal_index"])

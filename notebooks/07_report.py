@@ -1073,6 +1073,34 @@ if ceiling_rows:
         display(pd.DataFrame(policies).round(3))
 
 # %% [markdown]
+# ### What the rounds leave as it was: the first query
+#
+# The held recipe types the search greedily and leaves it out of log π (`greedy_search`, notebook 04 section 5), so
+# A*PO never changes the query. `purchases --run RUN --save` plays π_ref and each seed greedily on the 200 test goals
+# and records whether the first query copied the instruction exactly (`query_copied`); `copy_summary` sets the
+# episodes that did beside those that garbled it, for the runs played since that column exists.
+
+# %%
+from apo_helpers.analysis.purchases import copy_summary
+
+purchases_path = RESULTS_DIR / "purchases_class.csv"
+purchases = pd.read_csv(purchases_path) if purchases_path.exists() else pd.DataFrame()
+if "query_copied" in purchases.columns and purchases["query_copied"].notna().any():
+    copies = copy_summary(purchases)
+    ref_rows, seed_rows = copies.xs("pi_ref", level="who"), copies.xs("seeds (mean)", level="who")
+    moved = (seed_rows["exact query"] - ref_rows["exact query"]).abs().max()
+    gap = (copies["success, exact query"] - copies["success, garbled query"])
+    display(Markdown(
+        f"- Over {len(ref_rows)} runs, π_ref's greedy query copies the instruction on "
+        f"{ref_rows['exact query'].min():.1%} to {ref_rows['exact query'].max():.1%} of the test goals, and no run's "
+        f"seeds move that share by more than {100 * moved:.1f} points on average.\n"
+        f"- The episodes whose query copied the instruction succeed {100 * gap.min():.1f} to {100 * gap.max():.1f} "
+        f"points more often than those whose query garbled it, in every row (π_ref and seeds alike).\n"
+        f"- {copies['missing attributes after a garbled query'].sum() / copies['missing attributes'].sum():.0%} of "
+        f"the purchases that lack an attribute followed a garbled query (all rows below together)."))
+    display(copies.round(3))
+
+# %% [markdown]
 # ## 4. Key figures
 
 # %%

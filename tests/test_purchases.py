@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from apo_helpers.analysis.evaluate import Episode
-from apo_helpers.analysis.purchases import PURCHASE_COLUMNS, purchase_rows, purchase_summary, results_offer
+from apo_helpers.analysis.purchases import (PURCHASE_COLUMNS, copy_summary, purchase_rows, purchase_summary,
+                                           results_offer)
 from apo_helpers.policy.prompts import Turn, format_response
 from apo_helpers.policy.rollout import Trajectory
 from apo_helpers.webshop.catalog import Goal
@@ -84,6 +85,49 @@ def test_purchase_summary_counts_pi_ref_and_averages_the_seeds():
     assert summary.loc[("run", "pi_ref"), "over budget, one in budget listed"] == 2
     assert summary.loc[("run", "seeds (mean)"), "over_budget"] == 2
     assert summary.loc[("run", "seeds (mean)"), "over budget, one in budget listed"] == 0.5
+
+
+def copied(trajectory: Trajectory, success: bool = False, cls_missing: bool = False) -> Trajectory:
+    """``trajectory`` with its first search typed as the whole instruction; optionally a success, or a purchase that
+    lacks an attribute."""
+    first = trajectory.turns[0]
+    query = f"search[{INSTRUCTION}]"
+    turns = [Turn(observation=first.observation, actions=[], turns_left=first.turns_left,
+                  response=format_response("think", query), think="think", action=query, format_ok=True, valid=True),
+             *trajectory.turns[1:]]
+    return Trajectory(goal=trajectory.goal, turns=turns, reward=trajectory.reward, env_reward=trajectory.env_reward,
+                      success=success, breakdown=trajectory.breakdown)
+
+
+def lacking_an_attribute(trajectory: Trajectory) -> Trajectory:
+    """``trajectory`` bought within the budget, without its attribute."""
+    bd = {**trajectory.breakdown, "price_ok": True, "attributes_matched": [], "attributes_missing": ["zip up"]}
+    return Trajectory(goal=trajectory.goal, turns=trajectory.turns, reward=0.5, env_reward=0.5, success=False,
+                      breakdown=bd)
+
+
+def test_copy_summary_splits_success_by_the_first_query():
+    page = results_page("B0AAAAAAAA", "B0BBBBBBBB")
+    garbled, exact = over_budget(page), copied(over_budget(page))
+    won = copied(over_budget(page), success=True)
+    rows = (purchase_rows([exact, won, lacking_an_attribute(garbled), garbled], "run", "pi_ref", CATALOG)
+            + purchase_rows([won, won, garbled, garbled], "run", "seed 0", CATALOG)
+            + purchase_rows([exact, exact, exact, lacking_an_attribute(garbled)], "run", "seed 1", CATALOG))
+    table = pd.DataFrame(rows, columns=PURCHASE_COLUMNS)
+    assert table["query_copied"].tolist() == [True, True, False, False] * 2 + [True, True, True, False]
+    summary = copy_summary(table)
+    ref, seeds = summary.loc[("run", "pi_ref")], summary.loc[("run", "seeds (mean)")]
+    assert ref["exact query"] == 0.5 and ref["success, exact query"] == 0.5 and ref["success, garbled query"] == 0
+    assert ref["missing attributes after a garbled query"] == 1 and ref["missing attributes"] == 1
+    assert seeds["exact query"] == pytest.approx(0.625)  # 2 of 4 and 3 of 4
+    assert seeds["success, exact query"] == pytest.approx(0.5)  # 2 of 2 and 0 of 3
+    assert seeds["missing attributes after a garbled query"] == 0.5
+    # read back from a CSV, the booleans are text; rows saved before the column existed are left out
+    text = table.astype({"query_copied": str})
+    older = pd.DataFrame([{**rows[0], "query_copied": float("nan"), "policy": "seed 2"}])
+    assert copy_summary(pd.concat([text, older], ignore_index=True)).equals(summary)
+    with pytest.raises(ValueError, match="query_copied"):
+        copy_summary(table.drop(columns="query_copied"))
 
 
 def test_product_clicks_are_named_as_the_page_lists_them():

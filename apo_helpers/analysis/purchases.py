@@ -8,13 +8,17 @@ columns say what the results page offered where the episode chose its product (t
 - ``target_listed``: the product the goal was written from stood on that page;
 - ``in_budget_listed``: some product of the goal's type within the goal's budget stood on that page.
 
+- ``query_copied``: the episode's first action searched for its whole instruction, exactly as shown
+  (``evaluate.copied_query``; what the demonstrations type).
+
 An ``over_budget`` purchase with ``in_budget_listed`` is a results-page choice that a click on the same page could
 have mended (the product might still lack an attribute or an option); one without it started from a query whose
 results offered nothing affordable of the right type.
 
 ``python -m apo_helpers purchases --run RUN ... --save`` merges the rows into
 ``data/results/purchases_<profile>.csv`` (one row per run, policy and goal); ``purchase_summary`` counts the
-classes per run and policy, the seeds averaged.
+classes per run and policy, the seeds averaged; ``copy_summary`` sets the episodes whose query copied the instruction
+beside those whose query garbled it (the held recipe types the query greedily and leaves it to pi_ref).
 
 A probe holds the state fixed, as ``analysis.decisions`` does for the item page: ``over_budget_pages`` keeps the
 results pages where pi_ref's greedy episode chose a product above the budget while one of the goal's type within
@@ -38,11 +42,12 @@ from ..policy.rollout import GREEDY, Sampling, rollout
 from ..webshop.agents import parse_results
 from ..webshop.catalog import Catalog, Goal, default_catalog
 from .decisions import batched_replies
-from .evaluate import policy_goals
+from .evaluate import copied_query, policy_goals
 from .failures import CLASSES, classify, view
 from .generalization import run_seeds
 
-PURCHASE_COLUMNS = ["run", "policy", "split", "goal_index", "class", "reward", "target_listed", "in_budget_listed"]
+PURCHASE_COLUMNS = ["run", "policy", "split", "goal_index", "class", "reward", "target_listed", "in_budget_listed",
+                    "query_copied"]
 
 
 def _affordable(asin: str, goal: Goal, catalog: Catalog) -> bool:
@@ -65,11 +70,13 @@ def results_offer(item, catalog: Catalog | None = None) -> dict:
 
 
 def purchase_rows(trajectories, run: str, policy: str, catalog: Catalog | None = None) -> list[dict]:
-    """One row per episode: its failure class, reward and ``results_offer``."""
+    """One row per episode: its failure class, reward, ``results_offer`` and whether its query copied the
+    instruction."""
     rows = []
     for t in trajectories:
         rows.append({"run": run, "policy": policy, "split": t.goal.split, "goal_index": t.goal.index,
-                     "class": classify(t), "reward": float(t.env_reward), **results_offer(t, catalog)})
+                     "class": classify(t), "reward": float(t.env_reward), **results_offer(t, catalog),
+                     "query_copied": copied_query(t)})
     return rows
 
 
@@ -111,6 +118,27 @@ def purchase_summary(table: pd.DataFrame) -> pd.DataFrame:
     summary = counts.groupby(level=["run", "who"], sort=False).mean()
     summary.columns.name = None
     return summary
+
+
+def copy_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per run (notebook 07 section 3): pi_ref's and the seeds' (mean) episodes whose first query copied the
+    instruction exactly, success among them and among the rest, and the ``missing_attributes`` purchases that
+    followed a garbled query: a share of episodes or a count per policy, the seeds averaged. Rows saved before the
+    ``query_copied`` column existed are left out."""
+    if "query_copied" not in table.columns:
+        raise ValueError("copy_summary needs the query_copied column: rerun `purchases --run RUN ... --save`")
+    table = table.dropna(subset=["query_copied"])
+    copied = table["query_copied"].astype(str).str.lower() == "true"
+    table = table.assign(who=table["policy"].where(table["policy"] == "pi_ref", "seeds (mean)"), copied=copied,
+                         garbled=~copied, success=table["class"] == "success",
+                         missing_after_garbled=~copied & (table["class"] == "missing_attributes"))
+    per_policy = table.groupby(["run", "who", "policy"], sort=False).apply(lambda g: pd.Series({
+        "episodes": len(g), "exact query": g["copied"].mean(),
+        "success, exact query": g.loc[g["copied"], "success"].mean(),
+        "success, garbled query": g.loc[g["garbled"], "success"].mean(),
+        "missing attributes after a garbled query": g["missing_after_garbled"].sum(),
+        "missing attributes": (g["class"] == "missing_attributes").sum()}), include_groups=False)
+    return per_policy.groupby(level=["run", "who"], sort=False).mean()
 
 
 # ---------------------------------------------------------------------------------------------- the results page, probed
