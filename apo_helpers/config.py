@@ -328,7 +328,7 @@ class APOConfig:
     conversion of the goals a run's samples solve into goals its greedy play solves, which one run of 60
     iterations realises about a quarter of (docs/experiments.md, "Goals practised against goals never seen"). The
     history still counts only the iteration's own rollouts; ``replayed`` gives how many joined the update. Needs
-    the apo objective and one process (each process would keep its own buffer). Measured at 16 from two think
+    the apo objective and one process (each process would keep its own buffer). Measured at 16 from three think
     pi_refs: level with the held recipe from each, in greedy test success and in the rollouts' own success
     (docs/experiments.md, "Replaying the winners")."""
     replay_capacity: int = 128

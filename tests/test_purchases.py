@@ -87,9 +87,8 @@ def test_purchase_summary_counts_pi_ref_and_averages_the_seeds():
     assert summary.loc[("run", "seeds (mean)"), "over budget, one in budget listed"] == 0.5
 
 
-def copied(trajectory: Trajectory, success: bool = False, cls_missing: bool = False) -> Trajectory:
-    """``trajectory`` with its first search typed as the whole instruction; optionally a success, or a purchase that
-    lacks an attribute."""
+def copied(trajectory: Trajectory, success: bool = False) -> Trajectory:
+    """``trajectory`` with its first search typed as the whole instruction; optionally a success."""
     first = trajectory.turns[0]
     query = f"search[{INSTRUCTION}]"
     turns = [Turn(observation=first.observation, actions=[], turns_left=first.turns_left,

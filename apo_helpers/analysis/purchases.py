@@ -6,8 +6,7 @@ or more ``train`` runs greedily on the first goals of a split and labels each ep
 columns say what the results page offered where the episode chose its product (the last results page it saw):
 
 - ``target_listed``: the product the goal was written from stood on that page;
-- ``in_budget_listed``: some product of the goal's type within the goal's budget stood on that page.
-
+- ``in_budget_listed``: some product of the goal's type within the goal's budget stood on that page;
 - ``query_copied``: the episode's first action searched for its whole instruction, exactly as shown
   (``evaluate.copied_query``; what the demonstrations type).
 
@@ -110,8 +109,7 @@ def purchase_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per run: pi_ref's episodes per class and the seeds' mean, then the ``over_budget`` purchases made while a
     product of the goal's type within the budget stood on the same results page (``over budget, one in budget
     listed``). Counts of episodes, the seeds' mean a float."""
-    table = table.assign(who=table["policy"].where(table["policy"] == "pi_ref", "seeds (mean)"),
-                         mendable=(table["class"] == "over_budget") & table["in_budget_listed"])
+    table = _by_who(table).assign(mendable=(table["class"] == "over_budget") & table["in_budget_listed"])
     counts = pd.crosstab([table["run"], table["who"], table["policy"]], table["class"])
     counts = counts.reindex(columns=[c for c in CLASSES if c in counts.columns], fill_value=0)
     counts["over budget, one in budget listed"] = table.groupby(["run", "who", "policy"])["mendable"].sum()
@@ -128,17 +126,21 @@ def copy_summary(table: pd.DataFrame) -> pd.DataFrame:
     if "query_copied" not in table.columns:
         raise ValueError("copy_summary needs the query_copied column: rerun `purchases --run RUN ... --save`")
     table = table.dropna(subset=["query_copied"])
-    copied = table["query_copied"].astype(str).str.lower() == "true"
-    table = table.assign(who=table["policy"].where(table["policy"] == "pi_ref", "seeds (mean)"), copied=copied,
-                         garbled=~copied, success=table["class"] == "success",
-                         missing_after_garbled=~copied & (table["class"] == "missing_attributes"))
-    per_policy = table.groupby(["run", "who", "policy"], sort=False).apply(lambda g: pd.Series({
-        "episodes": len(g), "exact query": g["copied"].mean(),
-        "success, exact query": g.loc[g["copied"], "success"].mean(),
-        "success, garbled query": g.loc[g["garbled"], "success"].mean(),
-        "missing attributes after a garbled query": g["missing_after_garbled"].sum(),
-        "missing attributes": (g["class"] == "missing_attributes").sum()}), include_groups=False)
+    copied = table["query_copied"].astype(str).str.lower() == "true"  # text when read back from the CSV
+    success, missing = (table["class"] == "success").astype(float), table["class"] == "missing_attributes"
+    table = _by_who(table).assign(copied=copied, success_exact=success.where(copied), missing=missing,
+                                  success_garbled=success.where(~copied), missing_after_garbled=missing & ~copied)
+    per_policy = table.groupby(["run", "who", "policy"], sort=False).agg(
+        **{"episodes": ("copied", "size"), "exact query": ("copied", "mean"),
+           "success, exact query": ("success_exact", "mean"), "success, garbled query": ("success_garbled", "mean"),
+           "missing attributes after a garbled query": ("missing_after_garbled", "sum"),
+           "missing attributes": ("missing", "sum")})
     return per_policy.groupby(level=["run", "who"], sort=False).mean()
+
+
+def _by_who(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with a ``who`` column: ``pi_ref``, or ``seeds (mean)`` for every seed (the summaries average them)."""
+    return table.assign(who=table["policy"].where(table["policy"] == "pi_ref", "seeds (mean)"))
 
 
 # ---------------------------------------------------------------------------------------------- the results page, probed
