@@ -659,7 +659,10 @@ gains.round(3)
 # iterations' winning trajectories in each update (`replay=16`) end above the held first round from the third's,
 # fourth's and fifth's think π_refs? And does sampling the search turn, three quarters of its queries drawn as the
 # whole instruction and the failed draws held at π_ref (`explore_search=0.75 hold_failed_draws=True`), end above the
-# held first round from the fifth's think π_ref, whose greedy search the held recipe leaves as it was?
+# held first round from the fifth's think π_ref, whose greedy search the held recipe leaves as it was? And does
+# crediting the turns before the first item page apart from the rest (`apo_split`: they are regressed onto
+# r_<k + V*(s_k) - V*(x)), with the query drawn as before, failed draws held or not, end above the same draws trained
+# on the whole return?
 # Each difference is given on val too where both sides were played there (the `(val)` columns): the same question asked
 # of 200 other unseen goals.
 
@@ -672,6 +675,9 @@ if not gains.empty:
     l6_seed3, l6_seed4 = (name.replace("h192", "h192_l6") for name in (d1200_seed3, d1200_seed4))  # six layers
     think_seed2, think_seed3, think_seed4 = (name.replace("_seed", "_think_seed")
                                              for name in (d1200_seed2, d1200_seed3, d1200_seed4))
+    es075h = think_seed4.replace("gsvk600", "v600") + "_es075h"  # the query drawn, failed draws held
+    split_es075h = f"apo_split_{es075h.removeprefix('apo_')}"  # the same with the credit split at the item page
+    split_es075 = split_es075h.removesuffix("h")  # ... and the failed draws not held
     pairs = [(f"{held}_r3", held), (f"{held}_r3", f"{held}_r4"), (f"{held}_r3_soup", f"{held}_r3"),
              (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3"),
              (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3"),
@@ -735,7 +741,8 @@ if not gains.empty:
              (f"{think_seed2}_r2", f"{d1200_seed2}_r2"), (f"{think_seed4}_rep16", think_seed4),
              (f"{think_seed2}_rep16", think_seed2), (f"{think_seed2}_rep16", f"{think_seed2}_r2"),
              (f"{think_seed3}_rep16", think_seed3),
-             (think_seed4.replace("gsvk600", "v600") + "_es075h", think_seed4)]
+             (es075h, think_seed4), (split_es075, think_seed4), (split_es075, es075h),
+             (split_es075h, think_seed4), (split_es075h, es075h), (split_es075h, split_es075)]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is

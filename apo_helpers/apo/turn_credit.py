@@ -14,6 +14,9 @@ s_k is the first item page of a trajectory (the first turn that can ``click[buy 
 selecting options and buying is made. V*(s_k) comes from N continuations of the frozen pi_ref from that state,
 with stage 1's soft maximum (``vstar.optimal_value``, beta1); the environment is deterministic, so replaying the
 trajectory's actions restores the state. Trajectories that never reach an item page keep A*PO's single term.
+With the query sampled and mostly drawn as the whole instruction (``explore_search=0.75``), the split's credit of
+the query alone did not teach the greedy query to copy the instruction, and without ``hold_failed_draws`` it copied
+less often than pi_ref's (docs/experiments.md, "Crediting the query apart from the clicks after it").
 """
 
 from __future__ import annotations
