@@ -1084,8 +1084,10 @@ if ceiling_rows:
 #
 # The held recipe types the search greedily and leaves it out of log π (`greedy_search`, notebook 04 section 5), so
 # A*PO never changes the query. `purchases --run RUN --save` plays π_ref and each seed greedily on the 200 test goals
-# and records whether the first query copied the instruction exactly (`query_copied`); `copy_summary` sets the
-# episodes that did beside those that garbled it, for the runs played since that column exists.
+# and records whether the first query copied the instruction exactly (`query_copied`) and the log-probability each
+# policy gives the exact copy on the goal's first page (`query_logprob`, `exact_query_logprobs`: the reply that
+# `explore_search` draws); `copy_summary` sets the episodes that copied beside those that garbled it, for the runs
+# played since those columns exist.
 
 # %%
 from apo_helpers.analysis.purchases import copy_summary
@@ -1105,6 +1107,15 @@ if "query_copied" in purchases.columns and purchases["query_copied"].notna().any
         f"points more often than those whose query garbled it, in every row (π_ref and seeds alike).\n"
         f"- {copies['missing attributes after a garbled query'].sum() / copies['missing attributes'].sum():.0%} of "
         f"the purchases that lack an attribute followed a garbled query (all rows below together)."))
+    logp = copies["log π of the exact query, garbled"]
+    moved_logp = (seed_rows[logp.name] - ref_rows[logp.name]).dropna()
+    if not moved_logp.empty:
+        display(Markdown(
+            f"- Where a policy's greedy query garbles the instruction, π_ref gives the exact query a log-probability "
+            f"of {ref_rows[logp.name].dropna().mean():.1f} nats on average "
+            f"({ref_rows['log π of the exact query, copied'].dropna().mean():.2f} where it copies); over the "
+            f"{len(moved_logp)} runs with `query_logprob`, the seeds move it by {moved_logp.min():+.1f} to "
+            f"{moved_logp.max():+.1f} nats."))
     display(copies.round(3))
 
 # %% [markdown]

@@ -114,6 +114,7 @@ def test_copy_summary_splits_success_by_the_first_query():
             + purchase_rows([exact, exact, exact, lacking_an_attribute(garbled)], "run", "seed 1", CATALOG))
     table = pd.DataFrame(rows, columns=PURCHASE_COLUMNS)
     assert table["query_copied"].tolist() == [True, True, False, False] * 2 + [True, True, True, False]
+    table["query_logprob"] = [-0.1, -0.2, -4.0, -6.0] + [-0.1, -0.1, -2.0, -3.0] + [-0.1, -0.1, -0.1, -8.0]
     summary = copy_summary(table)
     ref, seeds = summary.loc[("run", "pi_ref")], summary.loc[("run", "seeds (mean)")]
     assert ref["exact query"] == 0.5 and ref["success, exact query"] == 0.5 and ref["success, garbled query"] == 0
@@ -121,6 +122,10 @@ def test_copy_summary_splits_success_by_the_first_query():
     assert seeds["exact query"] == pytest.approx(0.625)  # 2 of 4 and 3 of 4
     assert seeds["success, exact query"] == pytest.approx(0.5)  # 2 of 2 and 0 of 3
     assert seeds["missing attributes after a garbled query"] == 0.5
+    assert ref["log π of the exact query, garbled"] == pytest.approx(-5.0)  # the two garbled rows
+    assert ref["log π of the exact query, copied"] == pytest.approx(-0.15)
+    assert seeds["log π of the exact query, garbled"] == pytest.approx(-5.25)  # -2.5 and -8 averaged
+    assert copy_summary(table.drop(columns="query_logprob"))["log π of the exact query, garbled"].isna().all()
     # read back from a CSV, the booleans are text; rows saved before the column existed are left out
     text = table.astype({"query_copied": str})
     older = pd.DataFrame([{**rows[0], "query_copied": float("nan"), "policy": "seed 2"}])
@@ -190,3 +195,35 @@ def test_affordable_click_rates_are_seeded_shares_of_the_samples(ci_ref_dir):
     pd.testing.assert_frame_equal(table, affordable_click_rates(model, tokenizer, states, profile, "pi_ref", samples=4))
     with pytest.raises(ValueError, match="samples"):
         affordable_click_rates(model, tokenizer, states, profile, "pi_ref", samples=0)
+
+
+def test_exact_query_logprobs_score_the_whole_instruction_search_on_the_first_page(ci_ref_dir, torch_one_thread):
+    """Per goal, the masked log-prob sum of the chat whose first reply searches for the whole instruction (the reply
+    ``explore_search`` draws), built here one goal at a time from the environment's first page."""
+    import torch
+
+    from apo_helpers.analysis.purchases import exact_query_logprobs
+    from apo_helpers.config import get_profile
+    from apo_helpers.policy.models import load_policy
+    from apo_helpers.policy.prompts import build_messages, encode_chat, parse_response, prompt_actions
+    from apo_helpers.policy.scoring import collate, token_logprobs
+    from apo_helpers.webshop.agents import instruction_search
+    from apo_helpers.webshop.catalog import default_catalog
+    from apo_helpers.webshop.env import WebShopEnv
+
+    profile = get_profile("ci")
+    model, tokenizer = load_policy(ci_ref_dir)
+    goals = default_catalog().split("test")[:3]
+    values = exact_query_logprobs(model, tokenizer, goals, profile)
+    assert len(values) == 3 and all(v < 0 for v in values)
+    env = WebShopEnv(catalog=default_catalog(), config=profile.policy_env())
+    for goal, value in zip(goals, values):
+        observation, info = env.reset(options={"goal": goal})
+        reply = format_response(*instruction_search(observation))
+        assert parse_response(reply)[1].lower() == f"search[{goal.instruction}]".lower()
+        turn = Turn(observation, prompt_actions(info["available_actions"]), info["turns_left"], response=reply)
+        ids, mask = encode_chat(tokenizer, build_messages([turn], profile.policy.window, True))
+        ids_t, attention, loss = collate([ids], [mask], tokenizer.pad_token_id)
+        with torch.no_grad():
+            expected = (token_logprobs(model, ids_t, attention) * loss[:, 1:]).sum()
+        assert value == pytest.approx(float(expected), abs=1e-3)

@@ -8,7 +8,9 @@ columns say what the results page offered where the episode chose its product (t
 - ``target_listed``: the product the goal was written from stood on that page;
 - ``in_budget_listed``: some product of the goal's type within the goal's budget stood on that page;
 - ``query_copied``: the episode's first action searched for its whole instruction, exactly as shown
-  (``evaluate.copied_query``; what the demonstrations type).
+  (``evaluate.copied_query``; what the demonstrations type);
+- ``query_logprob``: the log-probability the policy gives that exact search (the reply ``explore_search`` draws)
+  as its answer to the goal's first page (``exact_query_logprobs``): how far a garbled query is from a copy.
 
 An ``over_budget`` purchase with ``in_budget_listed`` is a results-page choice that a click on the same page could
 have mended (the product might still lack an attribute or an option); one without it started from a query whose
@@ -17,7 +19,8 @@ results offered nothing affordable of the right type.
 ``python -m apo_helpers purchases --run RUN ... --save`` merges the rows into
 ``data/results/purchases_<profile>.csv`` (one row per run, policy and goal); ``purchase_summary`` counts the
 classes per run and policy, the seeds averaged; ``copy_summary`` sets the episodes whose query copied the instruction
-beside those whose query garbled it (the held recipe types the query greedily and leaves it to pi_ref).
+beside those whose query garbled it (the held recipe types the query greedily and leaves it to pi_ref), with the
+mean ``query_logprob`` of the garbled ones.
 
 A probe holds the state fixed, as ``analysis.decisions`` does for the item page: ``over_budget_pages`` keeps the
 results pages where pi_ref's greedy episode chose a product above the budget while one of the goal's type within
@@ -36,9 +39,10 @@ from tqdm.auto import tqdm
 
 from ..config import RUNS_DIR, Profile, device, seed_everything
 from ..policy.models import load_policy, with_rendering
-from ..policy.prompts import build_messages, parse_response
-from ..policy.rollout import GREEDY, Sampling, rollout
-from ..webshop.agents import parse_results
+from ..policy.prompts import Turn, build_messages, format_response, parse_response, prompt_actions
+from ..policy.rollout import GREEDY, Sampling, reply_logprobs, rollout
+from ..webshop.agents import instruction_search, parse_results
+from ..webshop.env import WebShopEnv
 from ..webshop.catalog import Catalog, Goal, default_catalog
 from .decisions import batched_replies
 from .evaluate import copied_query, policy_goals
@@ -46,7 +50,7 @@ from .failures import CLASSES, classify, view
 from .generalization import run_seeds
 
 PURCHASE_COLUMNS = ["run", "policy", "split", "goal_index", "class", "reward", "target_listed", "in_budget_listed",
-                    "query_copied"]
+                    "query_copied", "query_logprob"]
 
 
 def _affordable(asin: str, goal: Goal, catalog: Catalog) -> bool:
@@ -79,6 +83,22 @@ def purchase_rows(trajectories, run: str, policy: str, catalog: Catalog | None =
     return rows
 
 
+def exact_query_logprobs(model, tokenizer, goals: list[Goal], profile: Profile,
+                         catalog: Catalog | None = None) -> list[float]:
+    """Per goal, log pi of the search for the whole instruction (the rule agent's query with its think, the reply
+    ``explore_search`` draws) as the answer to the goal's first page, summed over the reply's tokens. Near 0 where
+    the greedy query copies the instruction; a garbled greedy query leaves it as low as the copy is unlikely."""
+    catalog = catalog or default_catalog()
+    env = WebShopEnv(catalog=catalog, config=profile.policy_env())
+    values = []
+    for goal in goals:
+        observation, info = env.reset(options={"goal": goal})
+        turn = Turn(observation, prompt_actions(info["available_actions"]), info["turns_left"])
+        reply = format_response(*instruction_search(observation))
+        values.append(reply_logprobs(model, tokenizer, [turn], [reply], profile.policy).item())
+    return values
+
+
 def _run_policies(run_dir: Path, profile: Profile, runs_dir) -> tuple[Profile, list[tuple[str, Path]]]:
     """The profile rendered as the run's pi_ref was trained, and ``(name, folder)`` of pi_ref then each seed's final
     policy."""
@@ -100,7 +120,9 @@ def run_purchases(run_dir, profile: Profile, split: str = "test", episodes: int 
     for name, folder in policies:
         model, tokenizer = load_policy(folder, device())
         trajectories = rollout(model, tokenizer, goals, GREEDY, profile.policy, profile.policy_env(), progress=bar)
-        rows += purchase_rows(trajectories, run_dir.name, name)
+        logprobs = exact_query_logprobs(model, tokenizer, goals, profile)
+        rows += [{**row, "query_logprob": lp} for row, lp in zip(purchase_rows(trajectories, run_dir.name, name),
+                                                                  logprobs)]
     bar.close()
     return pd.DataFrame(rows, columns=PURCHASE_COLUMNS)
 
@@ -121,20 +143,25 @@ def purchase_summary(table: pd.DataFrame) -> pd.DataFrame:
 def copy_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per run (notebook 07 section 3): pi_ref's and the seeds' (mean) episodes whose first query copied the
     instruction exactly, success among them and among the rest, and the ``missing_attributes`` purchases that
-    followed a garbled query: a share of episodes or a count per policy, the seeds averaged. Rows saved before the
-    ``query_copied`` column existed are left out."""
+    followed a garbled query: a share of episodes or a count per policy, the seeds averaged; and the mean
+    log-probability of the exact query where it was copied and where it garbled (``query_logprob``; NaN for rows
+    saved before it was recorded). Rows saved before the ``query_copied`` column existed are left out."""
     if "query_copied" not in table.columns:
         raise ValueError("copy_summary needs the query_copied column: rerun `purchases --run RUN ... --save`")
     table = table.dropna(subset=["query_copied"])
     copied = table["query_copied"].astype(str).str.lower() == "true"  # text when read back from the CSV
     success, missing = (table["class"] == "success").astype(float), table["class"] == "missing_attributes"
+    logprob = table["query_logprob"] if "query_logprob" in table.columns else pd.Series(float("nan"), table.index)
     table = _by_who(table).assign(copied=copied, success_exact=success.where(copied), missing=missing,
-                                  success_garbled=success.where(~copied), missing_after_garbled=missing & ~copied)
+                                  success_garbled=success.where(~copied), missing_after_garbled=missing & ~copied,
+                                  logprob_exact=logprob.where(copied), logprob_garbled=logprob.where(~copied))
     per_policy = table.groupby(["run", "who", "policy"], sort=False).agg(
         **{"episodes": ("copied", "size"), "exact query": ("copied", "mean"),
            "success, exact query": ("success_exact", "mean"), "success, garbled query": ("success_garbled", "mean"),
            "missing attributes after a garbled query": ("missing_after_garbled", "sum"),
-           "missing attributes": ("missing", "sum")})
+           "missing attributes": ("missing", "sum"),
+           "log π of the exact query, copied": ("logprob_exact", "mean"),
+           "log π of the exact query, garbled": ("logprob_garbled", "mean")})
     return per_policy.groupby(level=["run", "who"], sort=False).mean()
 
 
