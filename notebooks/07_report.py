@@ -1107,12 +1107,12 @@ if "query_copied" in purchases.columns and purchases["query_copied"].notna().any
         f"points more often than those whose query garbled it, in every row (π_ref and seeds alike).\n"
         f"- {copies['missing attributes after a garbled query'].sum() / copies['missing attributes'].sum():.0%} of "
         f"the purchases that lack an attribute followed a garbled query (all rows below together)."))
-    logp = copies["log π of the exact query, garbled"]
-    moved_logp = (seed_rows[logp.name] - ref_rows[logp.name]).dropna()
+    garbled_logp = "log π of the exact query, garbled"
+    moved_logp = (seed_rows[garbled_logp] - ref_rows[garbled_logp]).dropna()
     if not moved_logp.empty:
         display(Markdown(
             f"- Where a policy's greedy query garbles the instruction, π_ref gives the exact query a log-probability "
-            f"of {ref_rows[logp.name].dropna().mean():.1f} nats on average "
+            f"of {ref_rows[garbled_logp].dropna().mean():.1f} nats on average "
             f"({ref_rows['log π of the exact query, copied'].dropna().mean():.2f} where it copies); over the "
             f"{len(moved_logp)} runs with `query_logprob`, the seeds move it by {moved_logp.min():+.1f} to "
             f"{moved_logp.max():+.1f} nats."))

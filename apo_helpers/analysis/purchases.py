@@ -20,7 +20,7 @@ results offered nothing affordable of the right type.
 ``data/results/purchases_<profile>.csv`` (one row per run, policy and goal); ``purchase_summary`` counts the
 classes per run and policy, the seeds averaged; ``copy_summary`` sets the episodes whose query copied the instruction
 beside those whose query garbled it (the held recipe types the query greedily and leaves it to pi_ref), with the
-mean ``query_logprob`` of the garbled ones.
+mean ``query_logprob`` on each side.
 
 A probe holds the state fixed, as ``analysis.decisions`` does for the item page: ``over_budget_pages`` keeps the
 results pages where pi_ref's greedy episode chose a product above the budget while one of the goal's type within
