@@ -320,6 +320,13 @@ class APOConfig:
     regression pays the repeated click as much as the click that changed the selection: the habit greedy play turns
     into a loop (``stop_repeats``, ``repeat_penalty``). Unlike those two it changes no return, so the winning
     trajectory's other turns keep their whole credit. Needs one chat per turn (``window=1``) and the apo objective."""
+    search_grad_weight: float = 1.0
+    """Multiply the gradient that reaches the search-page turns' tokens (the query) by this factor (1: off). Their
+    log-probs, the loss and A*PO's target r - V* keep their values; only the step each update takes on the query's
+    tokens grows, a learning rate of its own for the first decision. Drawn whole-instruction queries
+    (``explore_search``) raised the log-prob of the exact query by about one nat in 60 iterations where the greedy
+    query garbles it, and a greedy copy there needs about six (notebook 07 section 3). Needs one chat per turn
+    (``window=1``)."""
     replay: int = 0
     """Trajectories from earlier iterations added to each update, drawn uniformly (without replacement) from the
     last ``replay_capacity`` trajectories whose return beat V*(x) (0: off). A*PO's least squares holds on samples

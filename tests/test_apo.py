@@ -22,7 +22,7 @@ from apo_helpers.apo import trainer as trainer_module
 from apo_helpers.apo.losses import OBJECTIVES, ObjectiveInputs, apo_loss, apo_objective, kl_estimate
 from apo_helpers.apo.sft import expert_demonstrations
 from apo_helpers.apo.trainer import (Trainer, latest_checkpoint, lean_update, load_models, objective_inputs,
-                                     trained_sequences)
+                                     search_weights, trained_sequences)
 from apo_helpers.apo.turn_credit import decision_turn, split_values
 from apo_helpers.apo.vstar import (VStarTable, cache_key, greedy_pages, load_vstar, optimal_value, rollout_sampling,
                                    sample_rewards, stage1, stage1_goals, training_reward, vstar_table,
@@ -1329,6 +1329,45 @@ def test_greedy_anchor_backward_per_micro_batch_gives_the_same_gradients(ref_dir
     assert lean_loss == pytest.approx(loss, rel=1e-5) and plain.keys() == lean.keys()
     for name in plain:
         torch.testing.assert_close(lean[name], plain[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_search_grad_weight_scales_only_the_querys_gradient(ref_dir, demos):
+    """The weight multiplies the search turns' share of every parameter's gradient and nothing else: the loss keeps
+    its value, the gradient is linear in the weight (g(3) - g(1) = 2 (g(2) - g(1))), the search share is not zero,
+    and the memory-lean update scales it the same way."""
+    table = VStarTable(vstar_table([d.goal for d in demos], [[0.2, 0.9]] * len(demos), P.apo.beta1), "demo-goals")
+
+    def update(weight, lean=False):
+        apo = dataclasses.replace(P.apo, micro_batch=3, grad_clip=1e9, search_grad_weight=weight,
+                                  backward_per_micro_batch=lean)
+        trainer = Trainer(*load_models(ref_dir, "cpu"), table, dataclasses.replace(P, apo=apo), seed=3)
+        trainer.optimizer.step = lambda: None  # compare the gradients of one batch
+        _, loss, _, _ = trainer.update(demos)
+        return loss.item(), torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+
+    (loss1, g1), (loss2, g2), (loss3, g3) = update(1.0), update(2.0), update(3.0)
+    assert loss2 == pytest.approx(loss1, rel=1e-6) and loss3 == pytest.approx(loss1, rel=1e-6)
+    search_share = g2 - g1
+    assert search_share.norm() > 0.05 * g1.norm(), "the query's tokens must carry part of the gradient"
+    torch.testing.assert_close(g3 - g1, 2 * search_share, rtol=1e-3, atol=1e-6)
+    lean_loss, lean = update(3.0, lean=True)
+    assert lean_loss == pytest.approx(loss3, rel=1e-5)
+    torch.testing.assert_close(lean, g3, rtol=1e-4, atol=1e-6)
+
+
+def test_search_weights_mark_the_search_turns(ref_dir, demos):
+    table = VStarTable(vstar_table([d.goal for d in demos], [[0.2, 0.9]] * len(demos), P.apo.beta1), "demo-goals")
+    profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, search_grad_weight=4.0))
+    weights = search_weights(demos, table, profile)
+    expected = [4.0 if k == 0 else 1.0 for t in demos for k in range(t.num_turns)]  # the expert searches once
+    assert weights == expected and search_weights(demos, table, P) is None
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError, match="search_grad_weight"):
+            Trainer(*load_models(ref_dir, "cpu"), table,
+                    dataclasses.replace(P, apo=dataclasses.replace(P.apo, search_grad_weight=bad)))
+    with pytest.raises(ValueError, match="search_grad_weight needs one chat per turn"):
+        Trainer(*load_models(ref_dir, "cpu"), table, dataclasses.replace(
+            profile, policy=dataclasses.replace(P.policy, window=None)))
 
 
 def test_greedy_kl_pulls_the_greedy_turns_distributions_back_to_pi_ref(ref_dir, demos):

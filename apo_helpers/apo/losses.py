@@ -64,6 +64,9 @@ class ObjectiveInputs:
     """(B,) V*(s_k) of the state where each trajectory is split, 0 when it is not (``apo_split`` only)."""
     reward_before_split: torch.Tensor | None = None
     """(B,) the rewards of the turns before the split, the whole reward when not split (``apo_split`` only)."""
+    token_grad_weight: torch.Tensor | None = None
+    """(N,) the factor on the gradient that reaches each trained token's log-prob (``APOConfig.search_grad_weight``;
+    ``token_logp`` already carries it when it is differentiable), None when every factor is 1."""
     anchor_token_logp: torch.Tensor | None = None
     """(M,) the policy's log-prob of each token of the greedily typed turns (``greedy_anchor`` only; differentiable).
     Those tokens are not among the N trained ones."""

@@ -49,6 +49,7 @@ from ..files import atomic_write_text
 from ..policy.prompts import encode_chat, episode_chats
 from ..policy.rollout import Trajectory, load_trajectories, rollout, save_trajectories
 from ..policy.scoring import collate, selected_log_distributions, selected_logprobs_and_hidden
+from ..webshop.env import SEARCH_PLACEHOLDER
 from .losses import OBJECTIVES, ObjectiveInputs, distribution_kl, kl_estimate
 from .sft import lr_at
 from .turn_credit import SplitValues, require_turn_chats, split_values
@@ -84,13 +85,41 @@ def trained_sequences(trajectories: list[Trajectory], tokenizer, window, part: s
         else:
             pairs = (encode_chat(tokenizer, chat, part) for chat in episode_chats(t.turns, window))
         for k, (ids, mask) in enumerate(pairs):
-            if ((sampled_only and t.turns[k].greedy) or (greedy_only and not t.turns[k].greedy)
-                    or (row, k) in skip_turns):  # a chat per turn
+            if not _trains(t, row, k, sampled_only, greedy_only, skip_turns):
                 continue
             sequences.append(ids)
             masks.append(mask)
             owner.append(row)
     return sequences, masks, owner
+
+
+def _trains(trajectory: Trajectory, row: int, k: int, sampled_only: bool, greedy_only: bool,
+            skip_turns: frozenset) -> bool:
+    """Whether ``trained_sequences`` keeps chat ``k`` of trajectory ``row``; the filters read turn ``k`` (they need
+    one chat per turn)."""
+    if not (sampled_only or greedy_only or skip_turns):
+        return True
+    greedy = trajectory.turns[k].greedy
+    return not ((sampled_only and greedy) or (greedy_only and not greedy) or (row, k) in skip_turns)
+
+
+def search_weights(trajectories: list[Trajectory], vstar: VStarTable, profile: Profile) -> list[float] | None:
+    """For each chat of ``training_sequences``: ``APOConfig.search_grad_weight`` for a search-page turn (the query),
+    1 for the others; None when the weight is 1 (nothing to scale)."""
+    config = profile.apo
+    if config.search_grad_weight == 1:
+        return None
+    require_turn_chats(profile.policy.window, "search_grad_weight")
+    sampled_only, skip = bool(greedy_pages(config)), uncredited_turns(trajectories, vstar, config)
+    return [config.search_grad_weight if SEARCH_PLACEHOLDER in u.actions else 1.0
+            for row, t in enumerate(trajectories) for k, u in enumerate(t.turns)
+            if _trains(t, row, k, sampled_only, False, skip)]
+
+
+def scale_gradient(values: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``values`` unchanged, with the gradient that flows back through them multiplied by ``weight``."""
+    detached = values.detach()
+    return detached + weight * (values - detached)
 
 
 def chat_first_turns(trajectories: list[Trajectory], window) -> list[int]:
@@ -277,6 +306,13 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
                                                            config.micro_batch, with_entropy, value_head, first_turns,
                                                            total_turns)
     rows = torch.tensor(owner, device=token_chat.device, dtype=torch.long)[token_chat]
+    weights = search_weights(trajectories, vstar, profile)
+    token_weight = None
+    if weights is not None:
+        if len(weights) != len(sequences):
+            raise ValueError(f"search_grad_weight: {len(weights)} weights for {len(sequences)} trained chats")
+        token_weight = torch.tensor(weights, device=token_chat.device, dtype=token_logp.dtype)[token_chat]
+        token_logp = scale_gradient(token_logp, token_weight)
     middle = time.perf_counter()
     if earlier is not None:  # the same chats in the same order: pi_ref's scores do not change
         token_logp_ref = earlier.token_logp_ref
@@ -314,7 +350,7 @@ def objective_inputs(model, ref_model, trajectories, tokenizer, vstar: VStarTabl
                            device=dev),
         token_logp=token_logp, token_logp_ref=token_logp_ref,
         token_logp_old=earlier.token_logp_old if earlier is not None else token_logp.detach(),
-        token_row=rows, entropy=entropy, **extra)
+        token_row=rows, entropy=entropy, token_grad_weight=token_weight, **extra)
 
 
 def _split_inputs(split: SplitValues, trajectories: list[Trajectory], owner: list[int], sampled_only: bool,
@@ -461,6 +497,11 @@ class Trainer:
                              f"answers greedily: it needs one of them and the apo objective (got greedy_search="
                              f"{self.config.greedy_search}, greedy_clicks={self.config.greedy_clicks}, objective "
                              f"{objective!r})")
+        if self.config.search_grad_weight != 1:
+            if self.config.search_grad_weight <= 0:
+                raise ValueError(f"search_grad_weight multiplies the query's gradient: positive (1: off), got "
+                                 f"{self.config.search_grad_weight}")
+            require_turn_chats(profile.policy.window, "search_grad_weight")
         if not self.config.credit_repeats:
             if objective != "apo":  # the others' per-turn inputs (critic values, the split's turns) count every chat
                 raise ValueError(f"credit_repeats=False leaves turns out of A*PO's log-ratio; it needs the apo "
@@ -564,8 +605,10 @@ class Trainer:
             inputs, leaves = _as_leaves(inputs)
             loss, stats = self.objective(inputs, config)
             loss.backward()  # d loss / d (token log-probs, entropies, values): cheap, no model graph
-            self._backward_by_micro_batch(trajectories, chats, anchor_chats,
-                                          *(leaf.grad if leaf is not None else None for leaf in leaves))
+            grads = [leaf.grad if leaf is not None else None for leaf in leaves]
+            if inputs.token_grad_weight is not None and grads[0] is not None:  # what scale_gradient does unscored
+                grads[0] = grads[0] * inputs.token_grad_weight
+            self._backward_by_micro_batch(trajectories, chats, anchor_chats, *grads)
         else:
             loss, stats = self.objective(inputs, config)
             if loss.requires_grad:  # not when the batch has no trained token: nothing to learn from it
