@@ -263,6 +263,12 @@ class APOConfig:
     ``hold_failed_draws`` from a progress-think pi_ref, the rollouts succeeded more often than with ``greedy_search``
     but the seeds' greedy queries copied the instruction as often as pi_ref's, and test success ended level with the
     greedy-search recipe (docs/experiments.md, "Drawing the whole instruction as the query")."""
+    vstar_greedy_search: bool = False
+    """With ``explore_search``: stage 1 alone runs as under ``greedy_search`` (pi_ref's greedy query typed, only the
+    clicks sampled, no query drawn), so V*(x) is what pi_ref earns with its own query, and the rollouts still sample
+    and draw the query. A stage 1 with the draws counts the drawn queries' wins in V*, so where pi_ref's query
+    garbles the instruction a winning draw earns little over it; against pi_ref's own query it earns r - V* in full.
+    Shares the cache of the greedy-search recipe's stage 1."""
     explore_options: float = 0.0
     """Stage 1 and the rollouts answer an item-page turn on which some of the item's options have no value selected
     with a click drawn uniformly from those options' values, with this probability (``Sampling.explore_options``;

@@ -25,8 +25,8 @@ from apo_helpers.apo.trainer import (Trainer, latest_checkpoint, lean_update, lo
                                      search_weights, trained_sequences)
 from apo_helpers.apo.turn_credit import decision_turn, split_values
 from apo_helpers.apo.vstar import (VStarTable, cache_key, greedy_pages, load_vstar, optimal_value, rollout_sampling,
-                                   sample_rewards, stage1, stage1_goals, training_reward, vstar_table,
-                                   weights_hash)
+                                   sample_rewards, stage1, stage1_goals, stage1_profile, training_reward,
+                                   vstar_table, weights_hash)
 from apo_helpers.config import get_profile, seed_everything
 from apo_helpers.policy.prompts import encode_chat
 from apo_helpers.policy.rollout import Sampling
@@ -193,6 +193,25 @@ def test_stage1_table_and_cache(models, tmp_path, monkeypatch):
     second = stage1(ref_model, tokenizer, P, tmp_path, progress=False)
     assert second.loaded and second.key == first.key
     pd.testing.assert_frame_equal(second.table, table, check_dtype=False)
+
+
+def test_vstar_greedy_search_samples_stage1_as_the_greedy_search_recipe(models, tmp_path, monkeypatch):
+    """Under vstar_greedy_search stage 1 types pi_ref's greedy query and draws none, so it reads (and writes) the
+    greedy-search recipe's cached table; the filters still apply, and it refuses to run without drawn queries."""
+    _, ref_model, tokenizer = models
+    drawn = dataclasses.replace(P, apo=dataclasses.replace(P.apo, explore_search=0.75, keep_varying=True,
+                                                           vstar_greedy_search=True))
+    sampled = stage1_profile(drawn).apo
+    assert sampled.greedy_search and sampled.explore_search == 0 and sampled.keep_varying
+    assert stage1_profile(P) is P
+    greedy = dataclasses.replace(P, apo=dataclasses.replace(P.apo, greedy_search=True))
+    first = stage1(ref_model, tokenizer, greedy, tmp_path, progress=False)
+    monkeypatch.setattr("apo_helpers.apo.vstar.sample_rewards", lambda *a, **k: pytest.fail("sampled again"))
+    reused = stage1(ref_model, tokenizer, drawn, tmp_path, progress=False)
+    assert reused.loaded and reused.key == first.key
+    assert reused.dropped == int(first.table["rewards"].map(lambda r: max(r) == min(r)).sum())  # keep_varying applied
+    with pytest.raises(ValueError, match="explore_search"):
+        stage1_profile(dataclasses.replace(P, apo=dataclasses.replace(P.apo, vstar_greedy_search=True)))
 
 
 def test_stage1_goals_are_not_demonstration_goals():

@@ -253,13 +253,27 @@ def load_vstar(directory) -> VStarTable:
                       beta1=meta.get("beta1", CACHED_BETA1))
 
 
+def stage1_profile(profile: Profile) -> Profile:
+    """The profile stage 1 samples with: the profile itself, or under ``APOConfig.vstar_greedy_search`` the greedy
+    query typed and no query drawn (``greedy_search`` instead of ``explore_search``)."""
+    config = profile.apo
+    if not config.vstar_greedy_search:
+        return profile
+    if not config.explore_search:
+        raise ValueError("vstar_greedy_search keeps the drawn queries (explore_search) out of stage 1, and none is "
+                         "drawn: set explore_search above 0")
+    return dataclasses.replace(profile, apo=dataclasses.replace(config, greedy_search=True, explore_search=0.0,
+                                                                vstar_greedy_search=False))
+
+
 def stage1(model, tokenizer, profile: Profile, cache_dir=None, goals: list[Goal] | None = None, seed: int | None = None,
            progress: bool = True) -> VStarTable:
     """V* for the profile's stage-1 goals from N samples of the frozen pi_ref, cached under ``cache_dir/<key>``."""
     config = profile.apo
     seed = profile.seed if seed is None else seed
     goals = goals if goals is not None else stage1_goals(profile, seed)
-    key = cache_key(weights_hash(model), goals, config, seed, profile.policy.show_selected_options)
+    profile = stage1_profile(profile)  # how the samples are drawn; the filters and beta1 stay ``config``'s
+    key = cache_key(weights_hash(model), goals, profile.apo, seed, profile.policy.show_selected_options)
     folder = Path(cache_dir) / key if cache_dir is not None else None
     if folder is not None and (folder / "vstar.csv").exists():
         return filter_goals(rescored(load_vstar(folder), config), config)
