@@ -268,7 +268,9 @@ class APOConfig:
     clicks sampled, no query drawn), so V*(x) is what pi_ref earns with its own query, and the rollouts still sample
     and draw the query. A stage 1 with the draws counts the drawn queries' wins in V*, so where pi_ref's query
     garbles the instruction a winning draw earns little over it; against pi_ref's own query it earns r - V* in full.
-    Shares the cache of the greedy-search recipe's stage 1."""
+    Shares the cache of the greedy-search recipe's stage 1. From a progress-think pi_ref it gained the most of the
+    query recipes on test, within the noise of the draws' own stage 1, and the copy rate stayed at pi_ref's
+    (docs/experiments.md, "The query draws trained longer")."""
     explore_options: float = 0.0
     """Stage 1 and the rollouts answer an item-page turn on which some of the item's options have no value selected
     with a click drawn uniformly from those options' values, with this probability (``Sampling.explore_options``;
@@ -331,8 +333,9 @@ class APOConfig:
     log-probs, the loss and A*PO's target r - V* keep their values; only the step each update takes on the query's
     tokens grows, a learning rate of its own for the first decision. Drawn whole-instruction queries
     (``explore_search``) raised the log-prob of the exact query by about one nat in 60 iterations where the greedy
-    query garbles it, and a greedy copy there needs about six (notebook 07 section 3). Needs one chat per turn
-    (``window=1``)."""
+    query garbles it, and a greedy copy there needs about six (notebook 07 section 3). At 4 with those draws from a
+    progress-think pi_ref it moved neither that log-prob nor test success (docs/experiments.md): Adam scales each
+    weight's step by its own gradient's running size. Needs one chat per turn (``window=1``)."""
     replay: int = 0
     """Trajectories from earlier iterations added to each update, drawn uniformly (without replacement) from the
     last ``replay_capacity`` trajectories whose return beat V*(x) (0: off). A*PO's least squares holds on samples

@@ -662,7 +662,9 @@ gains.round(3)
 # held first round from the fifth's think π_ref, whose greedy search the held recipe leaves as it was? And does
 # crediting the turns before the first item page apart from the rest (`apo_split`: they are regressed onto
 # r_<k + V*(s_k) - V*(x)), with the query drawn as before, failed draws held or not, end above the same draws trained
-# on the whole return?
+# on the whole return? And do those draws end above themselves at 60 iterations when resumed to 120, with the gradient
+# on the query's tokens multiplied by 4 (`search_grad_weight=4`), or regressed onto the V* of π_ref's own greedy query
+# (`vstar_greedy_search`, which credits a winning drawn query above what π_ref earns with its own)?
 # Each difference is given on val too where both sides were played there (the `(val)` columns): the same question asked
 # of 200 other unseen goals.
 
@@ -678,6 +680,7 @@ if not gains.empty:
     es075h = think_seed4.replace("gsvk600", "v600") + "_es075h"  # the query drawn, failed draws held
     split_es075h = f"apo_split_{es075h.removeprefix('apo_')}"  # the same with the credit split at the item page
     split_es075 = split_es075h.removesuffix("h")  # ... and the failed draws not held
+    es075h_it120, es075h_sw4, es075h_vgs = (f"{es075h}_{suffix}" for suffix in ("it120", "sw4", "vgs"))
     pairs = [(f"{held}_r3", held), (f"{held}_r3", f"{held}_r4"), (f"{held}_r3_soup", f"{held}_r3"),
              (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3"),
              (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3"),
@@ -742,7 +745,8 @@ if not gains.empty:
              (f"{think_seed2}_rep16", think_seed2), (f"{think_seed2}_rep16", f"{think_seed2}_r2"),
              (f"{think_seed3}_rep16", think_seed3),
              (es075h, think_seed4), (split_es075, think_seed4), (split_es075, es075h),
-             (split_es075h, think_seed4), (split_es075h, es075h), (split_es075h, split_es075)]
+             (split_es075h, think_seed4), (split_es075h, es075h), (split_es075h, split_es075),
+             (es075h_it120, es075h), (es075h_sw4, es075h), (es075h_vgs, es075h), (es075h_vgs, think_seed4)]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
