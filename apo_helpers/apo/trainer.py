@@ -96,11 +96,9 @@ def trained_sequences(trajectories: list[Trajectory], tokenizer, window, part: s
 def _trains(trajectory: Trajectory, row: int, k: int, sampled_only: bool, greedy_only: bool,
             skip_turns: frozenset) -> bool:
     """Whether ``trained_sequences`` keeps chat ``k`` of trajectory ``row``; the filters read turn ``k`` (they need
-    one chat per turn)."""
-    if not (sampled_only or greedy_only or skip_turns):
-        return True
-    greedy = trajectory.turns[k].greedy
-    return not ((sampled_only and greedy) or (greedy_only and not greedy) or (row, k) in skip_turns)
+    one chat per turn, and are read only when set)."""
+    return not ((sampled_only and trajectory.turns[k].greedy) or (greedy_only and not trajectory.turns[k].greedy)
+                or (row, k) in skip_turns)
 
 
 def search_weights(trajectories: list[Trajectory], vstar: VStarTable, profile: Profile) -> list[float] | None:
