@@ -269,8 +269,9 @@ class APOConfig:
     and draw the query. A stage 1 with the draws counts the drawn queries' wins in V*, so where pi_ref's query
     garbles the instruction a winning draw earns little over it; against pi_ref's own query it earns r - V* in full.
     Shares the cache of the greedy-search recipe's stage 1. From a progress-think pi_ref it gained the most of the
-    query recipes on test, within the noise of the draws' own stage 1, and the copy rate stayed at pi_ref's
-    (docs/experiments.md, "The query draws trained longer")."""
+    query recipes on test, within the noise of the draws' own stage 1, and the copy rate stayed at pi_ref's; over
+    three progress-think pi_refs it gained as much as the greedy-search recipe (docs/experiments.md, "The query
+    draws trained longer")."""
     explore_options: float = 0.0
     """Stage 1 and the rollouts answer an item-page turn on which some of the item's options have no value selected
     with a click drawn uniformly from those options' values, with this probability (``Sampling.explore_options``;
