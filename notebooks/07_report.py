@@ -748,7 +748,8 @@ if not gains.empty:
              (split_es075h, think_seed4), (split_es075h, es075h), (split_es075h, split_es075),
              (es075h_it120, es075h), (es075h_sw4, es075h), (es075h_vgs, es075h), (es075h_vgs, think_seed4),
              (f"{think_seed3.replace('gsvk600', 'v600')}_es075h_vgs", think_seed3),
-             (f"{think_seed2.replace('gsvk600', 'v600')}_es075h_vgs", think_seed2)]
+             (f"{think_seed2.replace('gsvk600', 'v600')}_es075h_vgs", think_seed2),
+             (d1200_seed1.replace("_seed", "_think_seed"), d1200_seed1)]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
