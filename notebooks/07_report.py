@@ -675,12 +675,13 @@ if not gains.empty:
     d1200, d1200_seed1, d1200_seed2, d1200_seed3, d1200_seed4 = (
         f"apo_sloppy_h192_d1200{seed}_gsvk600_b003" for seed in ("", "_seed1", "_seed2", "_seed3", "_seed4"))
     l6_seed3, l6_seed4 = (name.replace("h192", "h192_l6") for name in (d1200_seed3, d1200_seed4))  # six layers
-    think_seed2, think_seed3, think_seed4 = (name.replace("_seed", "_think_seed")
-                                             for name in (d1200_seed2, d1200_seed3, d1200_seed4))
+    think_seed1, think_seed2, think_seed3, think_seed4 = (
+        name.replace("_seed", "_think_seed") for name in (d1200_seed1, d1200_seed2, d1200_seed3, d1200_seed4))
     es075h = think_seed4.replace("gsvk600", "v600") + "_es075h"  # the query drawn, failed draws held
     split_es075h = f"apo_split_{es075h.removeprefix('apo_')}"  # the same with the credit split at the item page
     split_es075 = split_es075h.removesuffix("h")  # ... and the failed draws not held
     es075h_it120, es075h_sw4, es075h_vgs = (f"{es075h}_{suffix}" for suffix in ("it120", "sw4", "vgs"))
+    vgs_seed2, vgs_seed3 = (f"{name.replace('gsvk600', 'v600')}_es075h_vgs" for name in (think_seed2, think_seed3))
     pairs = [(f"{held}_r3", held), (f"{held}_r3", f"{held}_r4"), (f"{held}_r3_soup", f"{held}_r3"),
              (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3"),
              (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3"),
@@ -747,9 +748,7 @@ if not gains.empty:
              (es075h, think_seed4), (split_es075, think_seed4), (split_es075, es075h),
              (split_es075h, think_seed4), (split_es075h, es075h), (split_es075h, split_es075),
              (es075h_it120, es075h), (es075h_sw4, es075h), (es075h_vgs, es075h), (es075h_vgs, think_seed4),
-             (f"{think_seed3.replace('gsvk600', 'v600')}_es075h_vgs", think_seed3),
-             (f"{think_seed2.replace('gsvk600', 'v600')}_es075h_vgs", think_seed2),
-             (d1200_seed1.replace("_seed", "_think_seed"), d1200_seed1)]
+             (vgs_seed3, think_seed3), (vgs_seed2, think_seed2), (think_seed1, d1200_seed1)]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
