@@ -427,13 +427,15 @@ else:
 
 # %% [markdown]
 # **What this says.** The held recipe meets the bar from single π_refs of both commands, and its mean over π_refs stays
-# under it. From the progress-think π_refs every first round ends within a few points of the others, whatever π_ref it
-# starts from, so the gain is mostly how far below that level π_ref starts (the correlation near -1), and a π_ref that
-# imitation happened to make stronger leaves RL less to add. From the short-think π_refs the ends differ more, by how
-# each π_ref's seeds handle the options and loops (section 8). The progress think raises where the runs end, and where
-# its π_refs start by about as much. Re-anchoring adds a point or two from some π_refs and nothing from others. Notebook
-# 07 section 3 compares these runs with every other, and the README's "Did A*PO reach +10 points" tells the levers tried
-# on the mean.
+# under it. In both families the gain correlates negatively with π_ref's own success: a π_ref that imitation happened to
+# make stronger leaves RL less to add. From four of the five progress-think π_refs the first round ends within a few
+# points of the others, whatever π_ref it starts from; the fifth (no `--seed`) ends lower, where its π_ref's search
+# query leaves it: the rounds convert option clicks and leave the greedily typed query, which decides the goals that ask
+# for no option, as π_ref had it (notebook 07 section 3 counts the copied queries). From the short-think π_refs the ends
+# differ more, by how each π_ref's seeds handle the options and loops (section 8). The progress think raises where the
+# runs end, and where its π_refs start by about as much. Re-anchoring adds a point or two from some π_refs and nothing
+# from others. Notebook 07 section 3 compares these runs with every other, and the README's "Did A*PO reach +10 points"
+# tells the levers tried on the mean.
 
 # %% [markdown]
 # ## 5. What the samples explore, and what the target asks for
@@ -3012,8 +3014,8 @@ else:
 # - From that π_ref too, a smaller β₂ does within one round what re-anchoring does across rounds (section 8, "β₂ and
 #   the goals practised"): at β₂ = 0.01 the first round ends where the twice re-anchored one ended, and no further.
 # - The project's best recipe (section 4) is β₂ = 0.003's held recipe from 2.3M π_refs imitated from twice the
-#   demonstrations, run from several π_refs of each of two commands and re-anchored once. It clears the +10-point
-#   target, by more than its seeds' spread, from single π_refs of both commands, and not on average over them: the runs
-#   end closer together than their π_refs start, so a π_ref that imitation made stronger leaves RL less to add. A think
-#   that reads on in the instruction after each option click lifts where the runs end and where the π_refs start alike
+#   demonstrations, run from five π_refs of each of two commands and re-anchored once. It clears the +10-point target,
+#   by more than its seeds' spread, from single π_refs of both commands, and not on average over them: in both the gain
+#   falls as π_ref's own success rises, so a π_ref that imitation made stronger leaves RL less to add. A think that
+#   reads on in the instruction after each option click lifts where the runs end and where the π_refs start alike
 #   (notebook 07 section 3 and the README's "Did A*PO reach +10 points").

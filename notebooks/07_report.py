@@ -650,7 +650,7 @@ gains.round(3)
 # from the others it ran from? Does drawing the option values as the policy reads them (`option_draw=policy`) end above
 # the held first round from the third, fourth and fifth π_refs? And where does a π_ref of six layers on the fourth's and
 # fifth's commands end against their 4-layer siblings, and re-anchored once, against its own first round and against the
-# 4-layer siblings re-anchored once? And from the third's, fourth's and fifth's commands with demonstrations whose think
+# 4-layer siblings re-anchored once? And from the five commands with demonstrations whose think
 # reads on in the instruction (`--progress-think`), where does the held first round end against the short-think (and,
 # from the third's, the priced-repeats) and six-layer first rounds, and re-anchored once, against its own first round
 # and against the short-think chains re-anchored once? And does leaving the repeated turns out of the winning
@@ -675,8 +675,8 @@ if not gains.empty:
     d1200, d1200_seed1, d1200_seed2, d1200_seed3, d1200_seed4 = (
         f"apo_sloppy_h192_d1200{seed}_gsvk600_b003" for seed in ("", "_seed1", "_seed2", "_seed3", "_seed4"))
     l6_seed3, l6_seed4 = (name.replace("h192", "h192_l6") for name in (d1200_seed3, d1200_seed4))  # six layers
-    think_seed1, think_seed2, think_seed3, think_seed4 = (
-        name.replace("_seed", "_think_seed") for name in (d1200_seed1, d1200_seed2, d1200_seed3, d1200_seed4))
+    think, think_seed1, think_seed2, think_seed3, think_seed4 = (
+        name.replace("_d1200", "_d1200_think") for name in (d1200, d1200_seed1, d1200_seed2, d1200_seed3, d1200_seed4))
     es075h = think_seed4.replace("gsvk600", "v600") + "_es075h"  # the query drawn, failed draws held
     split_es075h = f"apo_split_{es075h.removeprefix('apo_')}"  # the same with the credit split at the item page
     split_es075 = split_es075h.removesuffix("h")  # ... and the failed draws not held
@@ -748,7 +748,8 @@ if not gains.empty:
              (es075h, think_seed4), (split_es075, think_seed4), (split_es075, es075h),
              (split_es075h, think_seed4), (split_es075h, es075h), (split_es075h, split_es075),
              (es075h_it120, es075h), (es075h_sw4, es075h), (es075h_vgs, es075h), (es075h_vgs, think_seed4),
-             (vgs_seed3, think_seed3), (vgs_seed2, think_seed2), (think_seed1, d1200_seed1)]
+             (vgs_seed3, think_seed3), (vgs_seed2, think_seed2), (think_seed1, d1200_seed1),
+             (think, d1200)]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
