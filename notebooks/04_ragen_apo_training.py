@@ -403,15 +403,14 @@ else:
 # correlates with the gain (negative: a weaker π_ref gains more, toward one level):
 
 # %%
-family_of = {chain + suffix: family for family, chains in BEST_RECIPE.items()
-             for chain in chains.values() for suffix in ROUNDS.values()}
-round_of = {chain + suffix: number for chains in BEST_RECIPE.values()
-            for chain in chains.values() for number, suffix in ROUNDS.items()}
-over_refs = sorted((r for r in ref_spread(RESULTS_DIR).itertuples() if all(t in family_of for t in r.tables)),
-                   key=lambda r: (list(BEST_RECIPE).index(family_of[r.tables[0]]), round_of[r.tables[0]]))
+place = {chain + suffix: (family, number) for family, chains in BEST_RECIPE.items()  # table -> (family, round)
+         for chain in chains.values() for number, suffix in ROUNDS.items()}
+families = list(BEST_RECIPE)
+over_refs = sorted((r for r in ref_spread(RESULTS_DIR).itertuples() if all(t in place for t in r.tables)),
+                   key=lambda r: (families.index(place[r.tables[0]][0]), place[r.tables[0]][1]))
 if over_refs:
     means = pd.DataFrame([{
-        "family": family_of[r.tables[0]], "round": round_of[r.tables[0]], "π_refs": r.pi_refs,
+        "family": place[r.tables[0]][0], "round": place[r.tables[0]][1], "π_refs": r.pi_refs,
         "gain per π_ref": ", ".join(f"{g:+.3f}" for g in r.gains), "mean gain": r.gain_mean,
         "std over π_refs": r.gain_std, "mean spread over seeds": r.seed_spread,
         "π_refs at +10": f"{r.refs_at_target} of {r.pi_refs}", "π_ref success vs gain": r.start_gain_corr}
