@@ -749,7 +749,7 @@ if not gains.empty:
              (split_es075h, think_seed4), (split_es075h, es075h), (split_es075h, split_es075),
              (es075h_it120, es075h), (es075h_sw4, es075h), (es075h_vgs, es075h), (es075h_vgs, think_seed4),
              (vgs_seed3, think_seed3), (vgs_seed2, think_seed2), (think_seed1, d1200_seed1),
-             (think, d1200)]
+             (think, d1200), (f"{think}_r2", think), (f"{think}_r2", f"{d1200}_r2")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
