@@ -681,7 +681,8 @@ if not gains.empty:
     split_es075h = f"apo_split_{es075h.removeprefix('apo_')}"  # the same with the credit split at the item page
     split_es075 = split_es075h.removesuffix("h")  # ... and the failed draws not held
     es075h_it120, es075h_sw4, es075h_vgs = (f"{es075h}_{suffix}" for suffix in ("it120", "sw4", "vgs"))
-    vgs_seed2, vgs_seed3 = (f"{name.replace('gsvk600', 'v600')}_es075h_vgs" for name in (think_seed2, think_seed3))
+    vgs, vgs_seed2, vgs_seed3 = (f"{name.replace('gsvk600', 'v600')}_es075h_vgs"
+                                 for name in (think, think_seed2, think_seed3))
     pairs = [(f"{held}_r3", held), (f"{held}_r3", f"{held}_r4"), (f"{held}_r3_soup", f"{held}_r3"),
              (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3"),
              (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3"),
@@ -749,7 +750,7 @@ if not gains.empty:
              (split_es075h, think_seed4), (split_es075h, es075h), (split_es075h, split_es075),
              (es075h_it120, es075h), (es075h_sw4, es075h), (es075h_vgs, es075h), (es075h_vgs, think_seed4),
              (vgs_seed3, think_seed3), (vgs_seed2, think_seed2), (think_seed1, d1200_seed1),
-             (think, d1200), (f"{think}_r2", think), (f"{think}_r2", f"{d1200}_r2")]
+             (think, d1200), (f"{think}_r2", think), (f"{think}_r2", f"{d1200}_r2"), (vgs, think)]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
