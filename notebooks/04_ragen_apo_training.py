@@ -425,16 +425,16 @@ else:
     print("no recipe from two π_refs yet (docs/experiments.md has its commands)")
 
 # %% [markdown]
-# **What this says.** The held recipe meets the bar from single π_refs of both commands, and its mean over π_refs stays
-# under it. In both families the gain correlates negatively with π_ref's own success: a π_ref that imitation happened to
-# make stronger leaves RL less to add. From four of the five progress-think π_refs the first round ends within a few
-# points of the others, whatever π_ref it starts from; the fifth (no `--seed`) ends lower, where its π_ref's search
-# query leaves it, and stays there re-anchored: the rounds convert option clicks and leave the greedily typed query,
-# which decides the goals that ask for no option, as π_ref had it (notebook 07 section 3 counts the copied queries). From the short-think π_refs the ends
-# differ more, by how each π_ref's seeds handle the options and loops (section 8). The progress think raises where the
-# runs end, and where its π_refs start by about as much. Re-anchoring adds a point or two from some π_refs and nothing
-# from others. Notebook 07 section 3 compares these runs with every other, and the README's "Did A*PO reach +10 points"
-# tells the levers tried on the mean.
+# **What this says.** The held recipe meets the bar from single π_refs of both commands, and its mean over π_refs
+# stays under it. In both families the gain correlates negatively with π_ref's own success: a π_ref that imitation
+# happened to make stronger leaves RL less to add. From four of the five progress-think π_refs the first round ends
+# within a few points of the others, whatever π_ref it starts from; the fifth (no `--seed`) ends lower, where its
+# π_ref's search query leaves it, and stays there re-anchored: the rounds convert option clicks and leave the greedily
+# typed query, which decides the goals that ask for no option, as π_ref had it (notebook 07 section 3 counts the
+# copied queries). From the short-think π_refs the ends differ more, by how each π_ref's seeds handle the options and
+# loops (section 8). The progress think raises where the runs end, and where its π_refs start by about as much.
+# Re-anchoring adds a point or two from some π_refs and nothing from others. Notebook 07 section 3 compares these runs
+# with every other, and the README's "Did A*PO reach +10 points" tells the levers tried on the mean.
 
 # %% [markdown]
 # ## 5. What the samples explore, and what the target asks for
