@@ -187,6 +187,9 @@ class APOConfig:
 
     vstar_goals: int = 256
     """Train goals that get a V* (a seeded sample of the train split); RL draws its goals from them."""
+    practice_goals: int = 0
+    """Goals of the ``practice`` split (fresh instructions on the train products, ``webshop.catalog.practice_goals``)
+    added to stage 1's goals: more distinct goals than the demonstrations leave, so that RL visits each fewer times."""
     vstar_samples: int = 8
     """N: pi_ref samples per goal in stage 1 (paper: 8)."""
     beta1: float = 0.5

@@ -223,6 +223,18 @@ def test_stage1_goals_are_not_demonstration_goals():
         stage1_goals(dataclasses.replace(P, apo=dataclasses.replace(P.apo, vstar_goals=10**6)))
 
 
+def test_stage1_adds_the_practice_goals_after_the_train_goals():
+    profile = dataclasses.replace(P, apo=dataclasses.replace(P.apo, practice_goals=5))
+    goals = stage1_goals(profile)
+    assert goals[:P.apo.vstar_goals] == stage1_goals(P)
+    assert goals[P.apo.vstar_goals:] == default_catalog().split("practice")[:5]
+    table = VStarTable(pd.DataFrame({"split": [g.split for g in goals], "goal_index": [g.index for g in goals],
+                                     "vstar": 0.5}), "key")
+    assert table.goals() == goals and table.value(goals[-1]) == 0.5  # a cached table finds its practice goals
+    with pytest.raises(ValueError, match="practice_goals must be between 0 and the 3600"):
+        stage1_goals(dataclasses.replace(P, apo=dataclasses.replace(P.apo, practice_goals=-1)))
+
+
 def test_stage1_skips_the_goals_its_own_pi_ref_imitated(tmp_path):
     """A pi_ref imitated from more goals than the profile's records how many (``demo_goals``): stage 1 then starts
     after them, so it never samples a goal that pi_ref memorised."""

@@ -12,8 +12,9 @@ from rapidfuzz import fuzz
 
 from apo_helpers.config import CatalogConfig
 from apo_helpers.webshop import catalog as catalog_module
-from apo_helpers.webshop.catalog import (CATALOG_FILE, GOALS_FILE, INSTRUCTION_TEMPLATES, OPTION_PHRASES, SPLITS,
-                                         DataFileError, catalog_to_json, generate_catalog, load_catalog, save_catalog)
+from apo_helpers.webshop.catalog import (CATALOG_FILE, GOALS_FILE, INSTRUCTION_TEMPLATES, OPTION_PHRASES, PRACTICE,
+                                         PRACTICE_GOALS, SPLITS, DataFileError, catalog_to_json, generate_catalog,
+                                         load_catalog, practice_goals, save_catalog)
 from apo_helpers.webshop.product_types import PRODUCT_TYPES
 from apo_helpers.webshop.reward import FUZZY_THRESHOLD
 
@@ -76,8 +77,41 @@ def test_goals_know_their_split_and_index(full_catalog):
 
 
 def test_unknown_split_raises(small_catalog):
-    with pytest.raises(ValueError, match="unknown split"):
+    with pytest.raises(ValueError, match="unknown split 'dev'.*'practice'"):
         small_catalog.split("dev")
+
+
+# ---------------------------------------------------------------------------------------------- practice goals
+
+def test_practice_goals_are_new_instructions_on_train_products_only(full_catalog):
+    practice = full_catalog.split(PRACTICE)
+    assert len(practice) == PRACTICE_GOALS
+    assert [(g.split, g.index) for g in practice] == [(PRACTICE, i) for i in range(PRACTICE_GOALS)]
+    train_products = {g.asin for g in full_catalog.split("train")}
+    assert {g.asin for g in practice} == train_products  # every train product, no val or test product
+    written = {g.instruction for split in SPLITS for g in full_catalog.split(split)}
+    instructions = [g.instruction for g in practice]
+    assert len(set(instructions)) == len(instructions) and not written & set(instructions)
+
+
+def test_practice_goals_are_written_as_the_committed_goals_are(full_catalog):
+    by_asin = full_catalog.by_asin
+    for goal in full_catalog.split(PRACTICE)[:200]:
+        product = by_asin[goal.asin]
+        assert set(goal.attributes) <= set(product.attributes) and goal.price_upper >= product.price
+        assert all(product.options[name] and value in product.options[name] for name, value in goal.options.items())
+
+
+def test_practice_goals_are_the_same_on_every_call_and_stay_out_of_the_files(full_catalog, small_catalog):
+    assert practice_goals(full_catalog, 50) == full_catalog.split(PRACTICE)[:50]
+    assert full_catalog.split(PRACTICE) is full_catalog.split(PRACTICE)  # written once per catalog
+    assert PRACTICE not in full_catalog.goals and PRACTICE not in json.loads(catalog_to_json(full_catalog)[1])
+    assert practice_goals(small_catalog, 10, seed=1) != practice_goals(small_catalog, 10, seed=2)
+
+
+def test_practice_goals_that_cannot_be_new_raise(small_catalog):
+    with pytest.raises(ValueError, match="distinct practice goals"):
+        practice_goals(small_catalog, 10**6)
 
 
 def test_too_few_products_for_the_targets_raises():

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from ..config import APOConfig, Profile, seed_everything
 from ..files import atomic_write_text
 from ..policy.rollout import Sampling, rollout
-from ..webshop.catalog import Catalog, DataFileError, Goal, default_catalog
+from ..webshop.catalog import PRACTICE, Catalog, DataFileError, Goal, default_catalog
 from ..webshop.pages import DETAIL, ITEM, RESULTS, SEARCH
 
 VSTAR_COLUMNS = ["split", "goal_index", "rewards", "vstar", "mean", "max", "successes"]
@@ -82,14 +82,20 @@ def stage1_goals(profile: Profile, seed: int = 0, catalog: Catalog | None = None
 
     ``expert_demonstrations`` takes the first goals of the train split shuffled with the seed; stage 1 takes the
     next ones. pi_ref has memorised its demonstration goals (measured: 58% sampled success on them, 17% on val), so
-    RL on them would teach it little that carries over to goals it has never seen."""
-    goals = list((catalog or default_catalog()).split("train"))
+    RL on them would teach it little that carries over to goals it has never seen. ``apo.practice_goals`` > 0 adds
+    the first that many goals of the ``practice`` split after them."""
+    catalog = catalog or default_catalog()
+    goals = list(catalog.split("train"))
     random.Random(seed).shuffle(goals)
     skip = profile.reference.demonstrations
     if skip + profile.apo.vstar_goals > len(goals):
         raise ValueError(f"the train split has {len(goals)} goals: too few for {skip} demonstrations and "
                          f"{profile.apo.vstar_goals} stage-1 goals")
-    return goals[skip: skip + profile.apo.vstar_goals]
+    practice = catalog.split(PRACTICE)
+    if not 0 <= profile.apo.practice_goals <= len(practice):
+        raise ValueError(f"practice_goals must be between 0 and the {len(practice)} goals of the practice split, "
+                         f"got {profile.apo.practice_goals}")
+    return goals[skip: skip + profile.apo.vstar_goals] + practice[:profile.apo.practice_goals]
 
 
 CACHED_BETA1 = 0.5

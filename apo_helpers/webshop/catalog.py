@@ -4,6 +4,10 @@
 families of near-duplicates (same type, slightly different attributes, options and price) and goals written from
 several instruction phrasings. Target products of the train, val and test goals are disjoint. ``save_catalog`` /
 ``load_catalog`` write and read ``data/catalog.json`` and ``data/goals.json`` byte-for-byte reproducibly.
+
+Beside the three committed splits, ``Catalog.split("practice")`` writes ``PRACTICE_GOALS`` further goals on the
+train products alone (``practice_goals``; never saved, the same on every call): fresh instructions for RL once the
+demonstrations have used most of the train split (``APOConfig.practice_goals``; docs/experiments.md).
 """
 
 from __future__ import annotations
@@ -19,6 +23,12 @@ from ..files import atomic_write_text
 from .product_types import BRANDS, PRODUCT_TYPES, ProductType
 
 SPLITS = ("train", "val", "test")
+PRACTICE = "practice"
+"""The split of goals written on demand on the train products (``practice_goals``)."""
+PRACTICE_GOALS = 3600
+"""Goals of the practice split: two for each train goal."""
+PRACTICE_SEED = 4099
+"""Seed of the practice goals' draws, apart from the catalog's own so its committed goals stay as they are."""
 ASIN_CHARS = "ABCDEFGHJKLMNPQRSTUVWXYZ0123456789"
 
 
@@ -88,8 +98,10 @@ class Catalog:
         self.by_asin = {p.asin: p for p in self.products}
 
     def split(self, name: str) -> list[Goal]:
+        if name == PRACTICE and name not in self.goals:
+            return self.__dict__.setdefault("_practice", practice_goals(self))
         if name not in self.goals:
-            raise ValueError(f"unknown split {name!r}; this catalog has {sorted(self.goals)}")
+            raise ValueError(f"unknown split {name!r}; this catalog has {sorted(self.goals)} and {PRACTICE!r}")
         return self.goals[name]
 
     @property
@@ -194,6 +206,29 @@ def make_goal(rng: random.Random, product: Product, split: str, index: int) -> G
         a=ptype.article, attrs=_join(attributes), type=ptype.name, opts=opts, price=f"{price_upper:.2f}")
     return Goal(instruction, product.asin, product.product_type, list(product.category), attributes, options,
                 price_upper, product.title, split, index)
+
+
+def practice_goals(catalog: Catalog, count: int = PRACTICE_GOALS, seed: int = PRACTICE_SEED) -> list[Goal]:
+    """``count`` goals of the ``practice`` split, written by ``make_goal`` on the target products of the train goals
+    in turn (a seeded order): instructions no committed goal and no earlier practice goal has, on products RL may
+    practise on, none on a val or test product."""
+    by_asin = {p.asin: p for p in catalog.products}
+    products = [by_asin[a] for a in sorted({g.asin for g in catalog.split("train")})]
+    if not products:
+        raise ValueError("the catalog has no train goals to write practice goals from")
+    rng = random.Random(seed)
+    rng.shuffle(products)
+    seen = {g.instruction for goals in catalog.goals.values() for g in goals}
+    goals, draws = [], 0
+    while len(goals) < count:  # an instruction already written is drawn again: every practice goal is new
+        goal = make_goal(rng, products[draws % len(products)], PRACTICE, len(goals))
+        draws += 1
+        if goal.instruction not in seen:
+            seen.add(goal.instruction)
+            goals.append(goal)
+        elif draws > 10 * count:
+            raise ValueError(f"could not write {count} distinct practice goals from {len(products)} train products")
+    return goals
 
 
 def generate_catalog(config: CatalogConfig = CatalogConfig()) -> Catalog:
