@@ -665,6 +665,9 @@ gains.round(3)
 # on the whole return? And do those draws end above themselves at 60 iterations when resumed to 120, with the gradient
 # on the query's tokens multiplied by 4 (`search_grad_weight=4`), or regressed onto the V* of π_ref's own greedy query
 # (`vstar_greedy_search`, which credits a winning drawn query above what π_ref earns with its own)?
+# And does the held first round from the think π_ref without `--seed`, given 1,200 practice goals besides the 600
+# train goals its demonstrations leave (`practice_goals=1200`), end above the same round on the 600 alone and above
+# that round re-anchored once?
 # Each difference is given on val too where both sides were played there (the `(val)` columns): the same question asked
 # of 200 other unseen goals.
 
@@ -683,6 +686,7 @@ if not gains.empty:
     es075h_it120, es075h_sw4, es075h_vgs = (f"{es075h}_{suffix}" for suffix in ("it120", "sw4", "vgs"))
     vgs, vgs_seed2, vgs_seed3 = (f"{name.replace('gsvk600', 'v600')}_es075h_vgs"
                                  for name in (think, think_seed2, think_seed3))
+    practice = think.replace("gsvk600", "gsvk600p1200")  # 1,200 practice goals beside the 600 train goals
     pairs = [(f"{held}_r3", held), (f"{held}_r3", f"{held}_r4"), (f"{held}_r3_soup", f"{held}_r3"),
              (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3"),
              (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3"),
@@ -750,7 +754,8 @@ if not gains.empty:
              (split_es075h, think_seed4), (split_es075h, es075h), (split_es075h, split_es075),
              (es075h_it120, es075h), (es075h_sw4, es075h), (es075h_vgs, es075h), (es075h_vgs, think_seed4),
              (vgs_seed3, think_seed3), (vgs_seed2, think_seed2), (think_seed1, d1200_seed1),
-             (think, d1200), (f"{think}_r2", think), (f"{think}_r2", f"{d1200}_r2"), (vgs, think)]
+             (think, d1200), (f"{think}_r2", think), (f"{think}_r2", f"{d1200}_r2"), (vgs, think),
+             (practice, think), (practice, f"{think}_r2")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
