@@ -212,8 +212,7 @@ def practice_goals(catalog: Catalog, count: int = PRACTICE_GOALS, seed: int = PR
     """``count`` goals of the ``practice`` split, written by ``make_goal`` on the target products of the train goals
     in turn (a seeded order): instructions no committed goal and no earlier practice goal has, on products RL may
     practise on, none on a val or test product."""
-    by_asin = {p.asin: p for p in catalog.products}
-    products = [by_asin[a] for a in sorted({g.asin for g in catalog.split("train")})]
+    products = [catalog.by_asin[a] for a in sorted({g.asin for g in catalog.split("train")})]
     if not products:
         raise ValueError("the catalog has no train goals to write practice goals from")
     rng = random.Random(seed)
