@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from ..config import APOConfig, Profile, seed_everything
 from ..files import atomic_write_text
 from ..policy.rollout import Sampling, rollout
-from ..webshop.catalog import PRACTICE, Catalog, DataFileError, Goal, default_catalog
+from ..webshop.catalog import PRACTICE, PRACTICE_GOALS, Catalog, DataFileError, Goal, default_catalog
 from ..webshop.pages import DETAIL, ITEM, RESULTS, SEARCH
 
 VSTAR_COLUMNS = ["split", "goal_index", "rewards", "vstar", "mean", "max", "successes"]
@@ -91,11 +91,12 @@ def stage1_goals(profile: Profile, seed: int = 0, catalog: Catalog | None = None
     if skip + profile.apo.vstar_goals > len(goals):
         raise ValueError(f"the train split has {len(goals)} goals: too few for {skip} demonstrations and "
                          f"{profile.apo.vstar_goals} stage-1 goals")
-    practice = catalog.split(PRACTICE)
-    if not 0 <= profile.apo.practice_goals <= len(practice):
-        raise ValueError(f"practice_goals must be between 0 and the {len(practice)} goals of the practice split, "
-                         f"got {profile.apo.practice_goals}")
-    return goals[skip: skip + profile.apo.vstar_goals] + practice[:profile.apo.practice_goals]
+    extra = profile.apo.practice_goals
+    if not 0 <= extra <= PRACTICE_GOALS:
+        raise ValueError(f"practice_goals must be between 0 and the {PRACTICE_GOALS} goals of the practice split, "
+                         f"got {extra}")
+    practice = catalog.split(PRACTICE)[:extra] if extra else []  # written only when asked for
+    return goals[skip: skip + profile.apo.vstar_goals] + practice
 
 
 CACHED_BETA1 = 0.5

@@ -99,7 +99,9 @@ class Catalog:
 
     def split(self, name: str) -> list[Goal]:
         if name == PRACTICE and name not in self.goals:
-            return self.__dict__.setdefault("_practice", practice_goals(self))
+            if "_practice" not in self.__dict__:  # written once per catalog, on first use
+                self.__dict__["_practice"] = practice_goals(self)
+            return self.__dict__["_practice"]
         if name not in self.goals:
             raise ValueError(f"unknown split {name!r}; this catalog has {sorted(self.goals)} and {PRACTICE!r}")
         return self.goals[name]
