@@ -1957,7 +1957,10 @@ else:
     print_targets(results_explore)
 purchases_path = RESULTS_DIR / "purchases_class.csv"
 if purchases_path.exists():
-    purchases = purchase_summary(pd.read_csv(purchases_path))  # every run here starts from the same π_ref
+    played = pd.read_csv(purchases_path)  # the file holds runs from other π_refs too: keep the four compared here
+    played = played[played["run"].str.removesuffix("_class").isin(RESULTS_EXPLORE_TABLES)]
+    purchases = purchase_summary(played)
+    assert purchases.xs("pi_ref", level="who").nunique().le(1).all(), "the four runs should share one π_ref"
     labels = {(run, who): "2.3M π_ref" if who == "pi_ref" else RESULTS_EXPLORE_TABLES.get(run.removesuffix("_class"), run)
               for run, who in purchases.index}
     purchases = purchases.set_axis([labels[i] for i in purchases.index]).groupby(level=0, sort=False).first()
