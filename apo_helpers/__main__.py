@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .config import DATA_DIR, RESULTS_DIR, TARGET_GAIN, device, get_profile, numerics, seed_everything, with_overrides
 from .files import atomic_write_text
+from .webshop.agents import QUERIES
 
 
 def cmd_play(args) -> int:
@@ -88,7 +89,7 @@ def cmd_evaluate(args) -> int:
 
 def cmd_train_ref(args) -> int:
     """Train pi_ref by imitation, save it, and report its success, score and pass@k on val and test."""
-    from .analysis.evaluate import evaluate_policy, pass_at_k
+    from .analysis.evaluate import evaluate_policy, pass_at_k, taught_query_share
     from .apo.sft import reference_dir, train_reference
     from .config import MODEL_SIZE_FIELDS, replace, with_model_size
     from .policy.models import count_parameters
@@ -104,6 +105,9 @@ def cmd_train_ref(args) -> int:
     if args.progress_think:  # the same actions, another think: a pi_ref of its own
         profile = replace(profile, reference=replace(profile.reference, demo_think="progress"))
         default_out = default_out.with_name(f"{default_out.name}_think_progress")
+    if args.query and args.query != profile.reference.demo_query:  # the same episodes, another search typed
+        profile = replace(profile, reference=replace(profile.reference, demo_query=args.query))
+        default_out = default_out.with_name(f"{default_out.name}_query_{args.query}")
     if args.show_selected_options:  # pages that say which option value is selected: a pi_ref of its own too
         profile = replace(profile, policy=replace(profile.policy, show_selected_options=True))
         default_out = default_out.with_name(f"{default_out.name}_selected")
@@ -129,7 +133,7 @@ def cmd_train_ref(args) -> int:
     metrics = {"profile": profile.name, "demonstrations": len(ref.demonstrations),
                "demo_goals": profile.reference.demonstrations if args.demonstrations is None else args.demonstrations,
                "demo_skip_options": cfg.demo_skip_options, "demo_forget_options": cfg.demo_forget_options,
-               "demo_think": cfg.demo_think,
+               "demo_think": cfg.demo_think, "demo_query": cfg.demo_query,
                "show_selected_options": profile.policy.show_selected_options,
                "model": profile.model.name,  # the tiny Llama's size only: a named model keeps its own
                "model_size": ({name: getattr(profile.model, name) for name in MODEL_SIZE_FIELDS}
@@ -140,9 +144,10 @@ def cmd_train_ref(args) -> int:
                "train_seconds": round(ref.seconds, 1), "final_loss": round(float(ref.history["loss"].iloc[-1]), 4)}
     for split in () if args.no_eval else ("val", "test"):
         seed_everything(profile.seed)
-        result, _ = evaluate_policy(ref.model, ref.tokenizer, split, cfg.eval_episodes, profile, name="pi_ref",
-                                    progress=not args.json)
+        result, trajectories = evaluate_policy(ref.model, ref.tokenizer, split, cfg.eval_episodes, profile,
+                                               name="pi_ref", progress=not args.json)
         metrics[split] = result.summary()
+        metrics[split]["query_as_taught"] = taught_query_share(trajectories, cfg.demo_query)
         metrics[split].update(pass_at_k(ref.model, ref.tokenizer, split, cfg.pass_k_goals, cfg.pass_k, profile,
                                         progress=not args.json))
     metrics["numerics"] = numerics()  # what a retrain elsewhere must match to give these numbers
@@ -737,6 +742,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a sloppy demonstrator of another kind: the share of demonstrations that choose an item "
                         "offering the options but buy without selecting them (default 0); saved to "
                         "runs/pi_ref_<profile>_forget_options_<share> unless --out is given")
+    p.add_argument("--query", choices=QUERIES, default=None,
+                   help="what the demonstrator types into the search box (ReferenceConfig.demo_query, default "
+                        "instruction); another one is saved to runs/pi_ref_<profile>[...]_query_<query> unless --out "
+                        "is given")
     p.add_argument("--progress-think", action="store_true",
                    help="the demonstrator's think says where it is in the instruction after each option click "
                         "(ReferenceConfig.demo_think='progress'); saved to runs/pi_ref_<profile>[...]_think_progress "

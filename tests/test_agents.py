@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from apo_helpers.analysis.evaluate import evaluate, run_episode
-from apo_helpers.webshop.agents import (AGENTS, ExpertAgent, OracleAgent, RandomAgent, RuleAgent, instruction_of,
-                                        make_agent, parse_budget, parse_results, parse_wanted_options, search_keywords,
-                                        words_after)
+from apo_helpers.webshop.agents import (AGENTS, QUERIES, ExpertAgent, OracleAgent, RandomAgent, RuleAgent,
+                                        expert_search, instruction_of, make_agent, parse_budget, parse_results,
+                                        parse_wanted_options, search_description, search_keywords, words_after)
 from apo_helpers.webshop.env import SEARCH_PLACEHOLDER, WebShopEnv
 from apo_helpers.webshop.reward import webshop_reward
 from apo_helpers.webshop.text import content_words, normalize
@@ -294,3 +294,48 @@ def test_progress_think_takes_the_same_actions_and_names_what_follows_each_selec
         words_after("i need a pot, in black, and price lower than 9.00 dollars", "red")
     with pytest.raises(ValueError, match="think must be one of"):
         ExpertAgent(think="long")
+
+
+def test_search_description_is_the_instruction_up_to_its_options_or_budget():
+    assert search_description(INSTRUCTION) == INSTRUCTION[:INSTRUCTION.index(", in ")]
+    assert search_description("i am shopping for some squat proof, high waist yoga leggings; my budget is 80.00 "
+                              "dollars") == "i am shopping for some squat proof, high waist yoga leggings"
+    assert search_description("show me a summer dress: lightweight, in purple, size small, under 90.00 dollars") == \
+        "show me a summer dress: lightweight"
+    assert search_description("red shoes") == "red shoes"  # nothing to cut
+
+
+def test_search_description_keeps_every_attribute_and_ranks_targets_as_the_whole_instruction(full_catalog):
+    """The description names the product type and every attribute, drops the budget, and BM25 puts each test
+    target within the first 10 results as often as the whole instruction does, with 40% fewer words to copy."""
+    from apo_helpers.webshop.search import search_engine
+
+    engine, goals = search_engine(full_catalog), full_catalog.split("test")
+    described = [search_description(g.instruction) for g in goals]
+    for goal, text in zip(goals, described):
+        assert goal.instruction.startswith(text) and "dollars" not in text and not text.endswith((",", ";", " "))
+        assert goal.product_type in text and all(a in text for a in goal.attributes), (text, goal.instruction)
+    top10 = [sum(g.asin in engine.search(q)[:10] for g, q in zip(goals, queries)) / len(goals)
+             for queries in ([g.instruction for g in goals], described)]
+    assert abs(top10[0] - top10[1]) <= 0.02, top10
+    words = [sum(len(q.split()) for q in queries) for queries in ([g.instruction for g in goals], described)]
+    assert words[1] < 0.7 * words[0]
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_expert_types_the_search_of_its_query_kind_and_buys_the_same(test_env, query):
+    from apo_helpers.analysis.evaluate import taught_query_share
+    from apo_helpers.apo.sft import expert_demonstration
+
+    goal = test_env.goals[3]
+    turns = expert_demonstration(test_env, ExpertAgent(seed=0, query=query), goal).turns
+    think, action = expert_search(goal.instruction, query)
+    assert (turns[0].think, turns[0].action) == (think, action)
+    assert taught_query_share([expert_demonstration(test_env, ExpertAgent(seed=0, query=query), g)
+                               for g in test_env.goals[:5]], query) == 1.0
+    assert expert_search(goal.instruction, "description") == ("search for the product described",
+                                                              f"search[{search_description(goal.instruction)}]")
+    with pytest.raises(ValueError, match="query must be one of"):
+        ExpertAgent(query="title")
+    with pytest.raises(ValueError, match="query must be one of"):
+        expert_search(goal.instruction, "title")

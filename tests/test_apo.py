@@ -264,6 +264,16 @@ def test_cli_train_ref_records_the_goals_it_drew_demonstrations_from(tmp_path, c
     assert {"val", "test"} <= set(metrics)
 
 
+def test_cli_train_ref_query_demonstrates_another_search_and_measures_how_often_pi_ref_types_it(tmp_path):
+    """``--query description``: the demonstrations search the instruction's description, metrics.json records the
+    query kind and, per split, the share of pi_ref's episodes whose first action is that search."""
+    assert main(["train-ref", "--profile", "ci", "--demonstrations", "12", "--query", "description", "--out",
+                 str(tmp_path), "--json"]) == 0
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["demo_query"] == "description"
+    assert all(0.0 <= metrics[split]["query_as_taught"] <= 1.0 for split in ("val", "test"))
+
+
 def test_committed_reference_mismatch_names_the_differing_split_and_the_processors(tmp_path):
     """A retrained pi_ref whose success differs from the committed file of the same name is called out (another
     CPU kind, another policy under a committed name); an equal one, or a name with no committed file, is not."""

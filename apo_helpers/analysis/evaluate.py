@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..webshop.agents import Agent, instruction_search
+from ..webshop.agents import Agent, expert_search, instruction_of, instruction_search
 from ..webshop.env import WebShopEnv
 
 
@@ -153,6 +153,14 @@ def copied_query(trajectory) -> bool:
     demonstrations type; notebook 04 section 5)."""
     first = trajectory.turns[0] if trajectory.turns else None
     return first is not None and first.action == instruction_search(first.observation)[1]
+
+
+def taught_query_share(trajectories, query: str) -> float:
+    """Share of episodes whose first action is the search the demonstrator types (``agents.expert_search`` with
+    ``query``, e.g. ``ReferenceConfig.demo_query``): how often a pi_ref copies the query it was shown (notebook 04)."""
+    taught = [bool(t.turns) and t.turns[0].action == expert_search(instruction_of(t.turns[0].observation), query)[1]
+              for t in trajectories]
+    return sum(taught) / max(1, len(taught))
 
 
 def greedy_evaluation(model, tokenizer, split: str, episodes: int | None, profile) -> dict:

@@ -8,6 +8,8 @@
   ``expert.reason`` says in a few words why it took its last action (the think of the demonstrations).
   ``ExpertAgent(query="instruction")`` searches the whole instruction instead of its key words: as good here, and
   far easier for a small language model to imitate (copying a span instead of picking words).
+  ``ExpertAgent(query="description")`` searches the instruction's first part, the product it describes, without
+  the option phrases and the budget: the same results for a span 40% shorter to copy.
   ``ExpertAgent(skip_options=p)`` is a sloppy demonstrator: in a share p of its episodes (drawn at ``reset``) it
   ignores the options the instruction asks for and buys as soon as the price fits; the reward still pays for them,
   so a policy that imitates it has something left that only RL can learn (notebook 04).
@@ -36,6 +38,9 @@ from .text import content_words, normalize
 ASIN_RE = re.compile(r"^B0[A-Z0-9]{8}$")
 _PRICE_RE = re.compile(r"(\d+(?:\.\d+)?) dollars")
 _OPTION_RE = re.compile(r", (?:in (?P<color>[^,;]+)|size (?P<size>[^,;]+)|(?P<name>[a-z ]+): (?P<value>[^,;]+))")
+QUERIES = ("keywords", "instruction", "description")
+"""What the expert types into the search box: the instruction's key words, the whole instruction, or the part of
+it that describes the product (``search_description``)."""
 THINKS = ("short", "progress")
 """The expert's ways of writing its think: ``short`` (a few words) or ``progress`` (where it is in the instruction)."""
 
@@ -74,6 +79,19 @@ def words_after(instruction: str, value: str) -> str:
         if _option_value(match) == value:
             return re.split(r"[,;]", instruction[match.end():].lstrip(",; "), maxsplit=1)[0].strip()
     raise ValueError(f"the instruction does not ask for {value!r}: {instruction!r}")
+
+
+def search_description(instruction: str) -> str:
+    """The instruction up to its first option phrase, or up to its budget when it asks for no option: the product
+    it describes (``please get me a machine washable hoodie``). BM25 ranks the targets as the whole instruction
+    does, and the span to copy is 11 words on average instead of 18 (notebook 04)."""
+    option = _OPTION_RE.search(instruction)
+    if option:
+        return instruction[:option.start()]
+    price = _PRICE_RE.search(instruction)
+    if price is None:
+        return instruction
+    return instruction[:max(instruction.rfind(",", 0, price.start()), instruction.rfind(";", 0, price.start()))]
 
 
 def search_keywords(instruction: str) -> str:
@@ -129,8 +147,8 @@ class ExpertAgent(Agent):
 
     def __init__(self, seed: int = 0, max_pages: int = 3, query: str = "keywords", skip_options: float = 0.0,
                  forget_options: float = 0.0, think: str = "short"):
-        if query not in ("keywords", "instruction"):
-            raise ValueError(f"query must be 'keywords' or 'instruction', got {query!r}")
+        if query not in QUERIES:
+            raise ValueError(f"query must be one of {QUERIES}, got {query!r}")
         if think not in THINKS:
             raise ValueError(f"think must be one of {THINKS}, got {think!r}")
         if not 0.0 <= skip_options <= 1.0:
@@ -165,11 +183,8 @@ class ExpertAgent(Agent):
         instruction = instruction_of(observation)
         page = info["page"]
         if page == "search":
-            if self.query == "instruction":
-                self.reason, action = instruction_search(observation)
-                return action
-            self.reason = "search for the key words of the instruction"
-            return f"search[{search_keywords(instruction) or instruction}]"
+            self.reason, action = expert_search(instruction, self.query)
+            return action
         if page == "results":
             return self._choose(observation, instruction, info)
         if page == "item":
@@ -252,10 +267,21 @@ class OracleAgent(Agent):
         return "click[< prev]"
 
 
+def expert_search(instruction: str, query: str) -> tuple[str, str]:
+    """``(think, action)`` of ``ExpertAgent(query=query)``'s search for ``instruction`` (one of ``QUERIES``)."""
+    if query == "instruction":
+        return "search for the instruction", f"search[{instruction}]"
+    if query == "description":
+        return "search for the product described", f"search[{search_description(instruction)}]"
+    if query == "keywords":
+        return "search for the key words of the instruction", f"search[{search_keywords(instruction) or instruction}]"
+    raise ValueError(f"query must be one of {QUERIES}, got {query!r}")
+
+
 def instruction_search(observation: str) -> tuple[str, str]:
     """``(think, action)`` of a search for the whole instruction shown on ``observation``: what the rule agent and
     ``ExpertAgent(query="instruction")`` type, and what ``Sampling.explore_search`` answers a search page with."""
-    return "search for the instruction", f"search[{instruction_of(observation)}]"
+    return expert_search(instruction_of(observation), "instruction")
 
 
 EXPLAINED_PAGES = ("results", "item")
