@@ -27,12 +27,13 @@ def _ref_record(ref_dir) -> dict:
     tiny Llama of pi_ref's profile, e.g. ``hidden 256, 4 layers, 3.9M parameters``; else None),
     ``ref_pretrain_steps`` and ``ref_sft_steps`` (where ``train-ref --pretrain-steps`` or ``--sft-steps`` imitated
     longer or shorter than pi_ref's profile; else None, as for a file that does not record them), ``demo_think``
-    (how the demonstrator wrote its think, ``short`` when not recorded); all None when the folder has no such file,
-    e.g. a policy saved by hand."""
+    (how the demonstrator wrote its think, ``short`` when not recorded), ``demo_query`` (what it searched,
+    ``instruction`` when not recorded); all None when the folder has no such file, e.g. a policy saved by hand."""
     path = Path(ref_dir) / "metrics.json"
     if not path.exists():
         return {"demo_skip_options": None, "demo_forget_options": None, "ref_demonstrations": None,
-                "ref_model_size": None, "ref_pretrain_steps": None, "ref_sft_steps": None, "demo_think": None}
+                "ref_model_size": None, "ref_pretrain_steps": None, "ref_sft_steps": None, "demo_think": None,
+                "demo_query": None}
     metrics = json.loads(path.read_text())
     size = metrics.get("model_size")
     profile = PROFILES.get(metrics.get("profile"))
@@ -42,6 +43,7 @@ def _ref_record(ref_dir) -> dict:
     return {"demo_skip_options": metrics.get("demo_skip_options", 0.0),
             "demo_forget_options": metrics.get("demo_forget_options", 0.0),
             "demo_think": metrics.get("demo_think", "short"),
+            "demo_query": metrics.get("demo_query", "instruction"),
             "ref_demonstrations": metrics.get("demonstrations"),
             "ref_model_size": (f"hidden {size['hidden_size']}, {size['num_layers']} layers, "
                                f"{metrics['parameters'] / 1e6:.1f}M parameters") if resized else None,

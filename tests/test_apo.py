@@ -1014,6 +1014,7 @@ def test_cli_train_ref_model_resizes_pi_ref_and_runs_record_it(tmp_path, monkeyp
     assert (out["pretrain_steps"], out["sft_steps"]) == (0, 2)
     assert (record["ref_pretrain_steps"], record["ref_sft_steps"]) == (0, 2)
     assert out["demo_think"] == record["demo_think"] == "short"
+    assert out["demo_query"] == record["demo_query"] == "instruction"
     (folders[0] / "metrics.json").write_text(json.dumps({**out, "model_size": {
         name: getattr(P.model, name) for name in ("hidden_size", "intermediate_size", "num_layers", "num_heads")}}))
     assert _ref_record(folders[0])["ref_model_size"] is None  # the profile's own size says nothing more

@@ -103,6 +103,18 @@ def test_trained_table_keeps_each_pi_ref_with_its_runs(tmp_path):
                                "44.0% |") for line in lines)
     assert any(line.startswith("| pi_ref (start) | options ignored in 50%; 1192 demonstrations | - | 32.0% |")
                for line in lines)
+    # a demonstrator that searched the instruction's description (train-ref --query description): its own group
+    # and label, though its other columns match the short think's; tables that record the whole instruction say
+    # nothing more
+    _seeds(tmp_path / "apo_qdesc_class_seeds.csv", "apo", [0.41], ref_success=0.31, demo_skip_options=0.5,
+           ref_demonstrations=1192, demo_think="short", demo_query="description")
+    _seeds(tmp_path / "apo_qinst_class_seeds.csv", "apo", [0.34], ref_success=0.32, demo_skip_options=0.5,
+           ref_demonstrations=1192, demo_think="short", demo_query="instruction")
+    lines = trained_table(tmp_path).splitlines()
+    assert any(line.startswith("| pi_ref (start) | options ignored in 50%; description queries; 1192 demonstrations "
+                               "| - | 31.0% |") for line in lines)
+    assert sum(line.startswith("| pi_ref (start) | options ignored in 50%; 1192 demonstrations | - |")
+               for line in lines) == 1
 
 
 def test_trained_table_groups_tables_of_one_pi_ref_folder(tmp_path):

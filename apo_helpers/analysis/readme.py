@@ -161,6 +161,9 @@ def _pi_ref_groups(results: Path) -> tuple[dict, dict, dict, dict]:
         thinks = df["demo_think"].dropna() if "demo_think" in df else pd.Series(dtype=str)
         if len(thinks) and thinks.iloc[0] != "short":  # another pi_ref: the same actions, thinks that read on
             demos += f"; {thinks.iloc[0]} thinks"
+        queries = df["demo_query"].dropna() if "demo_query" in df else pd.Series(dtype=str)
+        if len(queries) and queries.iloc[0] != "instruction":  # another pi_ref: another search demonstrated
+            demos += f"; {queries.iloc[0]} queries"
         count = df["ref_demonstrations"].dropna() if "ref_demonstrations" in df else pd.Series(dtype=float)
         if len(count):  # another pi_ref: fewer (or more) demonstrations; tables written before do not record it
             demos += f"; {int(count.iloc[0])} demonstrations"
