@@ -3,6 +3,7 @@ the per-run summary's counts."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pandas as pd
@@ -87,10 +88,10 @@ def test_purchase_summary_counts_pi_ref_and_averages_the_seeds():
     assert summary.loc[("run", "seeds (mean)"), "over budget, one in budget listed"] == 0.5
 
 
-def copied(trajectory: Trajectory, success: bool = False) -> Trajectory:
-    """``trajectory`` with its first search typed as the whole instruction; optionally a success."""
+def copied(trajectory: Trajectory, success: bool = False, text: str = INSTRUCTION) -> Trajectory:
+    """``trajectory`` with its first search typed as ``text`` (the whole instruction); optionally a success."""
     first = trajectory.turns[0]
-    query = f"search[{INSTRUCTION}]"
+    query = f"search[{text}]"
     turns = [Turn(observation=first.observation, actions=[], turns_left=first.turns_left,
                   response=format_response("think", query), think="think", action=query, format_ok=True, valid=True),
              *trajectory.turns[1:]]
@@ -114,6 +115,11 @@ def test_copy_summary_splits_success_by_the_first_query():
             + purchase_rows([exact, exact, exact, lacking_an_attribute(garbled)], "run", "seed 1", CATALOG))
     table = pd.DataFrame(rows, columns=PURCHASE_COLUMNS)
     assert table["query_copied"].tolist() == [True, True, False, False] * 2 + [True, True, True, False]
+    assert table["query_as_taught"].tolist() == table["query_copied"].tolist()  # the instruction was demonstrated
+    description = copied(over_budget(page), text="i need a zip up hoodie")
+    described = purchase_rows([exact, garbled, description], "run", "pi_ref", CATALOG, query="description")
+    assert [row["query_as_taught"] for row in described] == [False, False, True]  # a copy is not the description
+    assert [row["query_copied"] for row in described] == [True, False, False]
     table["query_logprob"] = [-0.1, -0.2, -4.0, -6.0] + [-0.1, -0.1, -2.0, -3.0] + [-0.1, -0.1, -0.1, -8.0]
     summary = copy_summary(table)
     ref, seeds = summary.loc[("run", "pi_ref")], summary.loc[("run", "seeds (mean)")]
@@ -227,3 +233,13 @@ def test_exact_query_logprobs_score_the_whole_instruction_search_on_the_first_pa
         with torch.no_grad():
             expected = (token_logprobs(model, ids_t, attention) * loss[:, 1:]).sum()
         assert value == pytest.approx(float(expected), abs=1e-3)
+
+
+def test_demonstrated_query_reads_pi_refs_metrics_and_defaults_to_the_instruction(tmp_path):
+    from apo_helpers.analysis.purchases import demonstrated_query
+
+    assert demonstrated_query(tmp_path) == "instruction"  # no metrics.json: a policy saved by hand
+    (tmp_path / "metrics.json").write_text(json.dumps({"demo_think": "short"}))
+    assert demonstrated_query(tmp_path) == "instruction"  # written before demo_query was recorded
+    (tmp_path / "metrics.json").write_text(json.dumps({"demo_query": "description"}))
+    assert demonstrated_query(tmp_path) == "description"

@@ -155,11 +155,16 @@ def copied_query(trajectory) -> bool:
     return first is not None and first.action == instruction_search(first.observation)[1]
 
 
+def taught_query(trajectory, query: str) -> bool:
+    """Whether an episode's first action is the search the demonstrator types (``agents.expert_search`` with
+    ``query``, e.g. ``ReferenceConfig.demo_query``; ``copied_query`` for ``instruction``; notebook 04)."""
+    first = trajectory.turns[0] if trajectory.turns else None
+    return first is not None and first.action == expert_search(instruction_of(first.observation), query)[1]
+
+
 def taught_query_share(trajectories, query: str) -> float:
-    """Share of episodes whose first action is the search the demonstrator types (``agents.expert_search`` with
-    ``query``, e.g. ``ReferenceConfig.demo_query``): how often a pi_ref copies the query it was shown (notebook 04)."""
-    taught = [bool(t.turns) and t.turns[0].action == expert_search(instruction_of(t.turns[0].observation), query)[1]
-              for t in trajectories]
+    """Share of episodes whose first action is ``taught_query``: how often a pi_ref types the query it was shown."""
+    taught = [taught_query(t, query) for t in trajectories]
     return sum(taught) / max(1, len(taught))
 
 

@@ -9,6 +9,9 @@ columns say what the results page offered where the episode chose its product (t
 - ``in_budget_listed``: some product of the goal's type within the goal's budget stood on that page;
 - ``query_copied``: the episode's first action searched for its whole instruction, exactly as shown
   (``evaluate.copied_query``; what the demonstrations type);
+- ``query_as_taught``: the episode's first action is the search the run's pi_ref saw demonstrated
+  (``evaluate.taught_query`` with its ``demo_query``: ``query_copied`` for a demonstrator that typed the whole
+  instruction; the instruction's description for ``train-ref --query description``);
 - ``query_logprob``: the log-probability the policy gives that exact search (the reply ``explore_search`` draws)
   as its answer to the goal's first page (``exact_query_logprobs``): how far a garbled query is from a copy.
 
@@ -31,6 +34,7 @@ at temperature 1, and greedily). ``purchases --run RUN ... --probe --save`` writ
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,12 +49,12 @@ from ..webshop.agents import instruction_search, parse_results
 from ..webshop.env import WebShopEnv
 from ..webshop.catalog import Catalog, Goal, default_catalog
 from .decisions import batched_replies
-from .evaluate import copied_query, policy_goals
+from .evaluate import copied_query, policy_goals, taught_query
 from .failures import CLASSES, classify, view
 from .generalization import run_seeds
 
 PURCHASE_COLUMNS = ["run", "policy", "split", "goal_index", "class", "reward", "target_listed", "in_budget_listed",
-                    "query_copied", "query_logprob"]
+                    "query_copied", "query_logprob", "query_as_taught"]
 
 
 def _affordable(asin: str, goal: Goal, catalog: Catalog) -> bool:
@@ -72,15 +76,23 @@ def results_offer(item, catalog: Catalog | None = None) -> dict:
             "in_budget_listed": any(_affordable(a, v.goal, catalog) for a in listed)}
 
 
-def purchase_rows(trajectories, run: str, policy: str, catalog: Catalog | None = None) -> list[dict]:
-    """One row per episode: its failure class, reward, ``results_offer`` and whether its query copied the
-    instruction."""
+def purchase_rows(trajectories, run: str, policy: str, catalog: Catalog | None = None,
+                  query: str = "instruction") -> list[dict]:
+    """One row per episode: its failure class, reward, ``results_offer``, whether its query copied the
+    instruction and whether it is the search of the demonstrator's ``query`` kind."""
     rows = []
     for t in trajectories:
         rows.append({"run": run, "policy": policy, "split": t.goal.split, "goal_index": t.goal.index,
                      "class": classify(t), "reward": float(t.env_reward), **results_offer(t, catalog),
-                     "query_copied": copied_query(t)})
+                     "query_copied": copied_query(t), "query_as_taught": taught_query(t, query)})
     return rows
+
+
+def demonstrated_query(ref_dir) -> str:
+    """What the demonstrator of the pi_ref in ``ref_dir`` searched (its ``metrics.json``'s ``demo_query``;
+    ``instruction``, the default, where the file predates it or is missing)."""
+    path = Path(ref_dir) / "metrics.json"
+    return json.loads(path.read_text()).get("demo_query", "instruction") if path.exists() else "instruction"
 
 
 def exact_query_logprobs(model, tokenizer, goals: list[Goal], profile: Profile,
@@ -114,6 +126,7 @@ def run_purchases(run_dir, profile: Profile, split: str = "test", episodes: int 
     ``purchase_rows`` for each (pi_ref is the run's, ``runs_dir / <its ref>``, rendered as it was trained)."""
     run_dir = Path(run_dir)
     profile, policies = _run_policies(run_dir, profile, runs_dir)
+    query = demonstrated_query(policies[0][1])
     goals = policy_goals(split, episodes)
     bar = tqdm(total=len(policies) * len(goals), desc=f"greedy: {run_dir.name}", disable=not progress)
     rows = []
@@ -121,8 +134,8 @@ def run_purchases(run_dir, profile: Profile, split: str = "test", episodes: int 
         model, tokenizer = load_policy(folder, device())
         trajectories = rollout(model, tokenizer, goals, GREEDY, profile.policy, profile.policy_env(), progress=bar)
         logprobs = exact_query_logprobs(model, tokenizer, goals, profile)
-        rows += [{**row, "query_logprob": lp} for row, lp in zip(purchase_rows(trajectories, run_dir.name, name),
-                                                                  logprobs)]
+        played = purchase_rows(trajectories, run_dir.name, name, query=query)
+        rows += [{**row, "query_logprob": lp} for row, lp in zip(played, logprobs)]
     bar.close()
     return pd.DataFrame(rows, columns=PURCHASE_COLUMNS)
 
