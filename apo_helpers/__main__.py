@@ -90,6 +90,7 @@ def cmd_evaluate(args) -> int:
 def cmd_train_ref(args) -> int:
     """Train pi_ref by imitation, save it, and report its success, score and pass@k on val and test."""
     from .analysis.evaluate import evaluate_policy, pass_at_k, taught_query_share
+    from .analysis.failures import option_columns
     from .apo.sft import reference_dir, train_reference
     from .config import MODEL_SIZE_FIELDS, replace, with_model_size
     from .policy.models import count_parameters
@@ -148,6 +149,7 @@ def cmd_train_ref(args) -> int:
                                                name="pi_ref", progress=not args.json)
         metrics[split] = result.summary()
         metrics[split]["query_as_taught"] = taught_query_share(trajectories, cfg.demo_query)
+        metrics[split].update(option_columns(trajectories))  # what RL can convert: the option clicks
         metrics[split].update(pass_at_k(ref.model, ref.tokenizer, split, cfg.pass_k_goals, cfg.pass_k, profile,
                                         progress=not args.json))
     metrics["numerics"] = numerics()  # what a retrain elsewhere must match to give these numbers

@@ -272,6 +272,7 @@ def test_cli_train_ref_query_demonstrates_another_search_and_measures_how_often_
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["demo_query"] == "description"
     assert all(0.0 <= metrics[split]["query_as_taught"] <= 1.0 for split in ("val", "test"))
+    assert all(0.0 <= metrics[split]["option_clicked"] <= 1.0 for split in ("val", "test"))
 
 
 def test_committed_reference_mismatch_names_the_differing_split_and_the_processors(tmp_path):
