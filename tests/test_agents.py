@@ -303,6 +303,7 @@ def test_search_description_is_the_instruction_up_to_its_options_or_budget():
     assert search_description("show me a summer dress: lightweight, in purple, size small, under 90.00 dollars") == \
         "show me a summer dress: lightweight"
     assert search_description("red shoes") == "red shoes"  # nothing to cut
+    assert search_description("red shoes under 30.00 dollars") == "red shoes under 30.00 dollars"  # no separator
 
 
 def test_search_description_keeps_every_attribute_and_ranks_targets_as_the_whole_instruction(full_catalog):

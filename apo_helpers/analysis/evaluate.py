@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..webshop.agents import Agent, expert_search, instruction_of, instruction_search
+from ..webshop.agents import Agent, expert_search, instruction_of
 from ..webshop.env import WebShopEnv
 
 
@@ -151,8 +151,7 @@ def evaluate_policy(model, tokenizer, split: str = "test", episodes: int | None 
 def copied_query(trajectory) -> bool:
     """Whether an episode's first action searches for its whole instruction, exactly as shown (what the
     demonstrations type; notebook 04 section 5)."""
-    first = trajectory.turns[0] if trajectory.turns else None
-    return first is not None and first.action == instruction_search(first.observation)[1]
+    return taught_query(trajectory, "instruction")
 
 
 def taught_query(trajectory, query: str) -> bool:

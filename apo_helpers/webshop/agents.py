@@ -91,7 +91,8 @@ def search_description(instruction: str) -> str:
     price = _PRICE_RE.search(instruction)
     if price is None:
         return instruction
-    return instruction[:max(instruction.rfind(",", 0, price.start()), instruction.rfind(";", 0, price.start()))]
+    cut = max(instruction.rfind(",", 0, price.start()), instruction.rfind(";", 0, price.start()))
+    return instruction[:cut] if cut >= 0 else instruction  # a budget with no separator before it: nothing to cut
 
 
 def search_keywords(instruction: str) -> str:
