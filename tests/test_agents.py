@@ -7,7 +7,8 @@ import pytest
 from apo_helpers.analysis.evaluate import evaluate, run_episode
 from apo_helpers.webshop.agents import (AGENTS, QUERIES, ExpertAgent, OracleAgent, RandomAgent, RuleAgent,
                                         expert_search, instruction_of, make_agent, parse_budget, parse_results,
-                                        parse_wanted_options, search_description, search_keywords, words_after)
+                                        parse_wanted_options, search_description, search_keywords, search_request,
+                                        words_after)
 from apo_helpers.webshop.env import SEARCH_PLACEHOLDER, WebShopEnv
 from apo_helpers.webshop.reward import webshop_reward
 from apo_helpers.webshop.text import content_words, normalize
@@ -323,6 +324,33 @@ def test_search_description_keeps_every_attribute_and_ranks_targets_as_the_whole
     assert words[1] < 0.7 * words[0]
 
 
+def test_search_request_is_the_instruction_without_its_budget():
+    assert search_request(INSTRUCTION) == "i need a t-shirt that is slim fit and v neck, in navy, size x-large"
+    assert search_request("i am shopping for some yoga leggings, size small; my budget is 80.00 dollars") == \
+        "i am shopping for some yoga leggings, size small"
+    assert search_request("red shoes") == "red shoes"  # nothing to cut
+    assert search_request("red shoes under 30.00 dollars") == "red shoes under 30.00 dollars"  # no separator
+    assert search_description(INSTRUCTION) == search_request(INSTRUCTION)[:search_request(INSTRUCTION).index(", in ")]
+
+
+def test_search_request_keeps_every_option_and_lists_what_the_description_lists(full_catalog):
+    """The request asks for the same option values as the instruction, drops only the budget, and (the search
+    indexes no option values) BM25 lists the description's first 10 results for nearly every test goal."""
+    from apo_helpers.webshop.search import search_engine
+
+    engine, goals = search_engine(full_catalog), full_catalog.split("test")
+    requests = [search_request(g.instruction) for g in goals]
+    for goal, text in zip(goals, requests):
+        assert goal.instruction.startswith(text) and "dollars" not in text and not text.endswith((",", ";", " "))
+        assert parse_wanted_options(text) == parse_wanted_options(goal.instruction), (text, goal.instruction)
+        assert text.startswith(search_description(goal.instruction))
+    same = sum(engine.search(q)[:10] == engine.search(search_description(g.instruction))[:10]
+               for g, q in zip(goals, requests))
+    assert same >= 0.98 * len(goals), same
+    words = [sum(len(q.split()) for q in queries) for queries in ([g.instruction for g in goals], requests)]
+    assert words[1] < 0.8 * words[0]
+
+
 @pytest.mark.parametrize("query", QUERIES)
 def test_expert_types_the_search_of_its_query_kind_and_buys_the_same(test_env, query):
     from apo_helpers.analysis.evaluate import taught_query_share
@@ -336,6 +364,8 @@ def test_expert_types_the_search_of_its_query_kind_and_buys_the_same(test_env, q
                                for g in test_env.goals[:5]], query) == 1.0
     assert expert_search(goal.instruction, "description") == ("search for the product described",
                                                               f"search[{search_description(goal.instruction)}]")
+    assert expert_search(goal.instruction, "request") == ("search for the product and its options",
+                                                          f"search[{search_request(goal.instruction)}]")
     with pytest.raises(ValueError, match="query must be one of"):
         ExpertAgent(query="title")
     with pytest.raises(ValueError, match="query must be one of"):

@@ -10,6 +10,8 @@
   far easier for a small language model to imitate (copying a span instead of picking words).
   ``ExpertAgent(query="description")`` searches the instruction's first part, the product it describes, without
   the option phrases and the budget: the same results for a span 40% shorter to copy.
+  ``ExpertAgent(query="request")`` searches the instruction without its budget: the same results again (the search
+  does not index option values), with the option phrases kept in the agent's own reply.
   ``ExpertAgent(skip_options=p)`` is a sloppy demonstrator: in a share p of its episodes (drawn at ``reset``) it
   ignores the options the instruction asks for and buys as soon as the price fits; the reward still pays for them,
   so a policy that imitates it has something left that only RL can learn (notebook 04).
@@ -38,9 +40,9 @@ from .text import content_words, normalize
 ASIN_RE = re.compile(r"^B0[A-Z0-9]{8}$")
 _PRICE_RE = re.compile(r"(\d+(?:\.\d+)?) dollars")
 _OPTION_RE = re.compile(r", (?:in (?P<color>[^,;]+)|size (?P<size>[^,;]+)|(?P<name>[a-z ]+): (?P<value>[^,;]+))")
-QUERIES = ("keywords", "instruction", "description")
-"""What the expert types into the search box: the instruction's key words, the whole instruction, or the part of
-it that describes the product (``search_description``)."""
+QUERIES = ("keywords", "instruction", "description", "request")
+"""What the expert types into the search box: the instruction's key words, the whole instruction, the part of it
+that describes the product (``search_description``), or the instruction without its budget (``search_request``)."""
 THINKS = ("short", "progress")
 """The expert's ways of writing its think: ``short`` (a few words) or ``progress`` (where it is in the instruction)."""
 
@@ -86,8 +88,13 @@ def search_description(instruction: str) -> str:
     it describes (``please get me a machine washable hoodie``). BM25 ranks the targets as the whole instruction
     does, and the span to copy is 11 words on average instead of 18 (notebook 04)."""
     option = _OPTION_RE.search(instruction)
-    if option:
-        return instruction[:option.start()]
+    return instruction[:option.start()] if option else search_request(instruction)
+
+
+def search_request(instruction: str) -> str:
+    """The instruction without its budget: the product and the options it asks for (``i need a hoodie, in navy,
+    size large``). The search index holds no option values, so the results are the description's; the option
+    phrases stay in the agent's own reply, a span about 6 words shorter than the whole instruction (notebook 04)."""
     price = _PRICE_RE.search(instruction)
     if price is None:
         return instruction
@@ -274,6 +281,8 @@ def expert_search(instruction: str, query: str) -> tuple[str, str]:
         return "search for the instruction", f"search[{instruction}]"
     if query == "description":
         return "search for the product described", f"search[{search_description(instruction)}]"
+    if query == "request":
+        return "search for the product and its options", f"search[{search_request(instruction)}]"
     if query == "keywords":
         return "search for the key words of the instruction", f"search[{search_keywords(instruction) or instruction}]"
     raise ValueError(f"query must be one of {QUERIES}, got {query!r}")
