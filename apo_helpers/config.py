@@ -126,9 +126,10 @@ class ReferenceConfig:
     """Expert episodes on train goals."""
     demo_query: str = "instruction"
     """What the demonstrating expert searches: the whole ``instruction`` (a span a small model can copy), its
-    ``description`` (the part before the options and the budget: the same results, a shorter span; notebook 04), its
+    ``description`` (the part before the options and the budget: the same results, a shorter span), its
     ``request`` (the instruction without its budget: the same results, the option phrases kept), or its ``keywords``
-    (picking words, which a 1M-parameter model did not learn in 550 steps)."""
+    (picking words, which a 1M-parameter model did not learn in 550 steps). Notebook 02 introduces the choice;
+    the README's results compare them."""
     demo_skip_options: float = 0.0
     """Share of demonstrations in which the expert ignores the instruction's options and buys at once (a sloppy
     demonstrator, ``ExpertAgent(skip_options=...)``): imitation then copies the habit, the reward still pays for the

@@ -86,7 +86,7 @@ def words_after(instruction: str, value: str) -> str:
 def search_description(instruction: str) -> str:
     """The instruction up to its first option phrase, or up to its budget when it asks for no option: the product
     it describes (``please get me a machine washable hoodie``). BM25 ranks the targets as the whole instruction
-    does, and the span to copy is 11 words on average instead of 18 (notebook 04)."""
+    does, and the span to copy is 11 words on average instead of 18 (README, "A query the tiny model can copy")."""
     option = _OPTION_RE.search(instruction)
     return instruction[:option.start()] if option else search_request(instruction)
 
@@ -94,7 +94,8 @@ def search_description(instruction: str) -> str:
 def search_request(instruction: str) -> str:
     """The instruction without its budget: the product and the options it asks for (``i need a hoodie, in navy,
     size large``). The search index holds no option values, so the results are the description's; the option
-    phrases stay in the agent's own reply, a span about 6 words shorter than the whole instruction (notebook 04)."""
+    phrases stay in the agent's own reply, a span about 5 words shorter than the whole instruction (README, "A
+    shorter query that keeps the options")."""
     price = _PRICE_RE.search(instruction)
     if price is None:
         return instruction
