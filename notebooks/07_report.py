@@ -674,7 +674,7 @@ gains.round(3)
 # command whose demonstrations search the instruction without its budget (`--query request`: the description's
 # results, the option phrases kept in the reply), against both, and against the instruction π_ref of that command
 # rebuilt beside it on the same CPU kind (an AMD EPYC with AVX2 kernels, which writes other weights)? And how far does
-# that rebuild's round end from the first build's?
+# that rebuild's round end from the first build's, and the second command's (`--seed 1`) rebuild from its first build's?
 # Each difference is given on val too where both sides were played there (the `(val)` columns): the same question asked
 # of 200 other unseen goals.
 
@@ -697,6 +697,7 @@ if not gains.empty:
     described, described_seed4 = (name.replace("_d1200", "_d1200_qdesc") for name in (d1200, d1200_seed4))
     requested = d1200.replace("_d1200", "_d1200_qreq")  # the instruction without its budget, options kept
     d1200_avx2 = d1200.replace("_d1200", "_d1200_avx2")  # the first command rebuilt on AVX2 kernels: other weights
+    d1200_seed1_avx2 = d1200_seed1.replace("_seed1", "_seed1_avx2")  # the second command, rebuilt the same way
     pairs = [(f"{held}_r3", held), (f"{held}_r3", f"{held}_r4"), (f"{held}_r3_soup", f"{held}_r3"),
              (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3"),
              (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3"),
@@ -767,7 +768,7 @@ if not gains.empty:
              (think, d1200), (f"{think}_r2", think), (f"{think}_r2", f"{d1200}_r2"), (vgs, think),
              (practice, think), (practice, f"{think}_r2"), (described, d1200),
              (described_seed4, d1200_seed4), (requested, d1200), (requested, described),
-             (d1200_avx2, requested), (d1200_avx2, d1200)]
+             (d1200_avx2, requested), (d1200_avx2, d1200), (d1200_seed1_avx2, d1200_seed1)]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
