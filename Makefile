@@ -37,7 +37,8 @@ test-slow: $(INSTALLED)
 
 # the notebooks share the `ci` pi_ref and its stage-1 table (runs/vstar): both are built first, so that the
 # notebooks can run two at a time (one per core, one torch thread each; --dist loadfile keeps each notebook's cells
-# in order on one worker) without two of them building the same files at once
+# in order on one worker) without two of them building the same files at once; notebooks/conftest.py starts their
+# kernels on IPC sockets, as two kernels started at once over TCP can race for a port
 nbval: $(INSTALLED) runs/pi_ref_ci/model.safetensors
 	APO_PROFILE=ci $(BIN)/python -m apo_helpers vstar --out runs/vstar --json
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 APO_PROFILE=ci $(BIN)/python -m pytest -q -p no:cacheprovider \

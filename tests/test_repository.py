@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -120,9 +121,14 @@ def _nbval_distribution():
 
 def test_nbval_runs_each_notebooks_cells_in_order_on_one_worker(tmp_path):
     """`make nbval` runs notebooks two at a time; a notebook's cells share one kernel, so they must stay together and
-    in order (xdist's plain `load` mode scatters them and later cells fail on names never defined)."""
+    in order (xdist's plain `load` mode scatters them and later cells fail on names never defined). The two kernels
+    start together, so they talk over IPC sockets of their own (notebooks/conftest.py): over TCP one of them could lose
+    a port it was given to the other and die at start-up."""
+    shutil.copy(PROJECT_ROOT / "notebooks" / "conftest.py", tmp_path)
+    over_ipc = ("from ipykernel import get_connection_info\n"
+                "assert get_connection_info(unpack=True)['transport'] == 'ipc'")
     for name in ("a", "b"):
-        cells = [nbformat.v4.new_code_cell("seen = [0]")]
+        cells = [nbformat.v4.new_code_cell(f"{over_ipc}\nseen = [0]")]
         cells += [nbformat.v4.new_code_cell(f"assert seen == list(range({i}))\nseen.append({i})") for i in range(1, 5)]
         nbformat.write(nbformat.v4.new_notebook(cells=cells), tmp_path / f"{name}.ipynb")
     out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--nbval-lax", "-v",
