@@ -183,6 +183,19 @@ def committed_reference_mismatch(name: str, metrics: dict, results_dir: Path) ->
             f"runs/{name}_<machine>) before training or saving anything from it.")
 
 
+def refuse_uncommitted_reference(folder, results_dir: Path) -> None:
+    """Raise before a per-goal table is merged under the name of a committed pi_ref from a folder of that name that
+    holds another policy (``committed_reference_mismatch``): ``outcomes --save`` keys a pi_ref's rows by its folder's
+    name, so a rebuilt policy's rows would silently replace the committed one's. A folder without ``metrics.json`` or
+    a name with no committed file passes."""
+    metrics_file = Path(folder) / "metrics.json"
+    if not metrics_file.exists():
+        return
+    mismatch = committed_reference_mismatch(Path(folder).name, json.loads(metrics_file.read_text()), results_dir)
+    if mismatch:
+        raise ValueError(f"{folder}: not saving rows under a committed name: {mismatch}")
+
+
 def cmd_sweep_ref(args) -> int:
     """pi_ref's greedy test success against the number of demonstrations, with and without pretraining. With
     ``--save`` each finished point is merged into data/results/ref_sweep.csv at once (keyed by demonstrations,
@@ -447,6 +460,8 @@ def cmd_outcomes(args) -> int:
     profile = get_profile(args.profile)
     refs = {run: run_seeds(run)[0]["ref"] for run in args.run}  # each chain's first pi_ref, played once
     singles = {Path(p).name: p for p in [*(RUNS_DIR / ref for ref in refs.values()), *args.policy]}  # once each
+    for path in singles.values() if args.save else ():  # before minutes of play
+        refuse_uncommitted_reference(path, RESULTS_DIR)
     tables = [run_outcomes(run, profile, args.split, args.episodes, with_reference=False, progress=not args.json)
               for run in args.run]
     tables += [policy_outcomes(path, name, SINGLE_POLICY, profile, args.split, args.episodes, not args.json)

@@ -294,6 +294,33 @@ def test_committed_reference_mismatch_names_the_differing_split_and_the_processo
     assert committed_reference_mismatch("pi_ref_x", unevaluated, tmp_path) is None
 
 
+def test_outcomes_save_refuses_a_rebuilt_pi_ref_under_a_committed_name(tmp_path, monkeypatch, capsys):
+    """``outcomes --save`` stops before playing anything when the run's pi_ref folder holds another policy than the
+    one committed under its name (its rows would replace the committed pi_ref's); a matching folder, one with no
+    committed file and one without metrics.json pass the check."""
+    import apo_helpers.__main__ as cli
+    from apo_helpers import config
+
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    results.mkdir()
+    (results / "pi_ref_x.json").write_text(json.dumps({"test": {"success_rate": 0.295}}))
+    (runs / "pi_ref_x").mkdir(parents=True)
+    (runs / "pi_ref_x" / "metrics.json").write_text(json.dumps({"test": {"success_rate": 0.35}}))
+    (runs / "apo_x_ci" / "seed_0" / "policy").mkdir(parents=True)
+    (runs / "apo_x_ci" / "seed_0" / "metrics.json").write_text(json.dumps({"seed": 0, "ref": "pi_ref_x"}))
+    monkeypatch.setattr(config, "RUNS_DIR", runs)
+    monkeypatch.setattr(cli, "RESULTS_DIR", results)
+    assert cli.main(["outcomes", "--profile", "ci", "--run", str(runs / "apo_x_ci"), "--save", "--json"]) == 2
+    error = capsys.readouterr().err
+    assert "pi_ref_x: not saving rows under a committed name" in error and "0.350 here, 0.295 committed" in error
+    assert list(results.iterdir()) == [results / "pi_ref_x.json"]
+
+    (runs / "pi_ref_x" / "metrics.json").write_text(json.dumps({"test": {"success_rate": 0.295}}))
+    cli.refuse_uncommitted_reference(runs / "pi_ref_x", results)
+    cli.refuse_uncommitted_reference(runs / "apo_x_ci", results)  # no committed file of that name
+    cli.refuse_uncommitted_reference(tmp_path / "nowhere" / "pi_ref_x", results)  # no metrics.json
+
+
 def test_cli_train_ref_no_eval_saves_pi_ref_without_evaluating_it(tmp_path, monkeypatch):
     """``--no-eval`` (a pretrained pi_ref's evaluations cost minutes): the model and the training metrics are
     saved, and no evaluation runs."""
