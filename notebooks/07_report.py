@@ -698,6 +698,7 @@ if not gains.empty:
     requested = d1200.replace("_d1200", "_d1200_qreq")  # the instruction without its budget, options kept
     d1200_avx2 = d1200.replace("_d1200", "_d1200_avx2")  # the first command rebuilt on AVX2 kernels: other weights
     d1200_seed1_avx2 = d1200_seed1.replace("_seed1", "_seed1_avx2")  # the second command, rebuilt the same way
+    d1200_seed2_avx2 = d1200_seed2.replace("_seed2", "_seed2_avx2")  # the third command, rebuilt the same way
     pairs = [(f"{held}_r3", held), (f"{held}_r3", f"{held}_r4"), (f"{held}_r3_soup", f"{held}_r3"),
              (f"{held}_r3", f"{held}_soup_r3"), (f"{held}_r3_solved05", f"{held}_r3"),
              (f"{held}_r3_decay", f"{held}_r3"), (f"{held}_r3_ema95", f"{held}_r3"),
@@ -770,7 +771,8 @@ if not gains.empty:
              (described_seed4, d1200_seed4), (requested, d1200), (requested, described),
              (d1200_avx2, requested), (d1200_avx2, d1200), (d1200_seed1_avx2, d1200_seed1),
              (f"{d1200_avx2}_r2", d1200_avx2), (f"{d1200_avx2}_r2", f"{d1200}_r2"),
-             (f"{d1200_seed1_avx2}_r2", d1200_seed1_avx2), (f"{d1200_seed1_avx2}_r2", f"{d1200_seed1}_r2")]
+             (f"{d1200_seed1_avx2}_r2", d1200_seed1_avx2), (f"{d1200_seed1_avx2}_r2", f"{d1200_seed1}_r2"),
+             (d1200_seed2_avx2, d1200_seed2), (d1200_seed2_avx2, f"{d1200_seed2}_r2")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
