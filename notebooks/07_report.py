@@ -772,7 +772,8 @@ if not gains.empty:
              (d1200_avx2, requested), (d1200_avx2, d1200), (d1200_seed1_avx2, d1200_seed1),
              (f"{d1200_avx2}_r2", d1200_avx2), (f"{d1200_avx2}_r2", f"{d1200}_r2"),
              (f"{d1200_seed1_avx2}_r2", d1200_seed1_avx2), (f"{d1200_seed1_avx2}_r2", f"{d1200_seed1}_r2"),
-             (d1200_seed2_avx2, d1200_seed2), (d1200_seed2_avx2, f"{d1200_seed2}_r2")]
+             (d1200_seed2_avx2, d1200_seed2), (d1200_seed2_avx2, f"{d1200_seed2}_r2"),
+             (f"{d1200_seed2_avx2}_r2", d1200_seed2_avx2), (f"{d1200_seed2_avx2}_r2", f"{d1200_seed2}_r2")]
     between = pd.DataFrame([gain_interval(outcomes, a, b) for a, b in pairs
                             if {a, b} <= set(outcomes["policy"])])
     # The same pairs on val where both sides were played there: a test difference that val does not repeat is
